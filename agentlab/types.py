@@ -1,0 +1,253 @@
+"""The few types every part of agentlab shares: tasks, tool calls, episodes, and the environment base class.
+
+An *environment* is tasks + tools + a verifier. Each one lives in ``agentlab/envs/<name>.py`` and exposes an
+:class:`EnvSpec` as ``SPEC``; ``agentlab.envs.load(name)`` returns it. The environment class itself is what TRL's
+``GRPOTrainer(environment_factory=spec.env_class)`` instantiates, and what our own loop in ``agentlab.rollout``
+drives, so the two can never disagree about tools.
+
+TRL exposes **every public method** of the environment class as a tool (in alphabetical order), except ``reset``
+and ``get_reward``. Helpers on an environment class must therefore start with an underscore.
+
+Example (a scripted episode, no model)::
+
+    >>> from agentlab.envs import load
+    >>> spec = load("lookup")
+    >>> task = spec.make_tasks("train", 1, seed=0)[0]
+    >>> outcome, calls = run_policy(spec, task, spec.expert)
+    >>> spec.evaluate(task, outcome)["success"]
+    1.0
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Generator
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Task:
+    """One episode's instruction and its reference answer.
+
+    ``answer`` is environment specific (qualified names, supporting chunk ids, product constraints …); only the
+    environment's ``evaluate`` reads it. ``query`` is the text a split audit compares for leakage.
+
+    >>> t = Task(id="lookup-1", env="lookup", question="Where does Ada Vell live?", answer={"value": "Oslo"})
+    >>> Task.from_json(t.to_json()) == t
+    True
+    """
+
+    id: str
+    env: str
+    question: str
+    answer: dict
+    difficulty: int = 1
+    meta: dict = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Task:
+        return cls(**json.loads(text))
+
+
+@dataclass
+class ToolCall:
+    """A call the policy made (or wants to make): tool name and keyword arguments.
+
+    >>> ToolCall("lookup_person", {"name": "Ada Vell"}).as_message()["tool_calls"][0]["function"]["name"]
+    'lookup_person'
+    """
+
+    name: str
+    arguments: dict
+
+    def as_message(self, content: str = "") -> dict:
+        """The assistant message that carries this call, in the shape chat templates render."""
+        return {
+            "role": "assistant",
+            "content": content,
+            "tool_calls": [{"type": "function", "function": {"name": self.name, "arguments": self.arguments}}],
+        }
+
+
+@dataclass
+class Outcome:
+    """What an episode produced, as the verifier sees it.
+
+    ``final`` is the submitted answer (qualified names, curated chunk ids, recommended product ids); ``seen`` is
+    every id that appeared in a tool result (for trajectory recall); ``finished`` says whether the final-answer
+    tool was called.
+    """
+
+    final: list[str] = field(default_factory=list)
+    seen: list[str] = field(default_factory=list)
+    finished: bool = False
+    tool_calls: int = 0
+    tool_errors: int = 0
+
+
+class InfraError(RuntimeError):
+    """Raised by a tool when the *environment* failed (database gone, timeout, dropped connection).
+
+    Policy mistakes (bad ids, malformed arguments) are returned to the agent as short error strings instead.
+    The rollout loop retries InfraError with backoff and, if it persists, records the episode as an infra
+    failure so it is never counted against the model.
+    """
+
+
+class ToolEnv:
+    """Base class of every environment. Subclasses add typed, docstringed tool methods.
+
+    Contract, shared with TRL's ``environment_factory``:
+
+    * ``reset(**row)`` receives a dataset row; the row's ``task`` column holds ``Task.to_json()``. It returns
+      ``None`` because the question is already in the prompt.
+    * tool methods return short strings; bad arguments give an ``"Error: …"`` string, never an exception
+      (TRL would count an exception as a tool failure, our loop as a policy error).
+    * ``get_reward()`` scores the finished episode with the environment's default reward (used by TRL).
+    * ``done`` turns true when the final-answer tool has been called; later tool calls are refused.
+    """
+
+    name: ClassVar[str] = ""
+    final_tool: ClassVar[str] = ""
+    system_prompt: ClassVar[str] = ""
+
+    def __init__(self) -> None:
+        self._task: Task | None = None
+        self._outcome = Outcome()
+
+    def reset(self, **row: Any) -> str | None:
+        task = row.get("task")
+        if task is None:
+            raise ValueError(f"{type(self).__name__}.reset needs a 'task' column; got columns {sorted(row)}")
+        self._task = task if isinstance(task, Task) else Task.from_json(task)
+        self._outcome = Outcome()
+        self._start(self._task)
+        return None
+
+    def get_reward(self) -> float:
+        from agentlab.envs import load  # local import: envs import this module
+
+        spec = load(self.name)
+        return float(spec.reward(self._task, self._outcome))
+
+    @property
+    def done(self) -> bool:
+        return self._outcome.finished
+
+    # -- helpers for subclasses (underscored so TRL does not expose them as tools) --------------------------
+
+    def _start(self, task: Task) -> None:
+        """Per-episode setup. Override to build episode state."""
+
+    def _record(self, ids: list[str]) -> None:
+        seen = self._outcome.seen
+        seen.extend(i for i in ids if i not in seen)
+
+    def _guard(self) -> str | None:
+        """Count the call; refuse it after the episode ended."""
+        self._outcome.tool_calls += 1
+        if self._task is None:
+            return "Error: the environment was not reset with a task."
+        if self._outcome.finished:
+            return f"Error: the episode is over ({self.final_tool} was already called)."
+        return None
+
+    def _error(self, message: str) -> str:
+        self._outcome.tool_errors += 1
+        return f"Error: {message}"
+
+
+# A scripted policy is a generator: it yields tool calls and receives each call's result string.
+Policy = Callable[[Task], Generator[ToolCall, str, None]]
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """Everything agentlab needs to know about one environment.
+
+    * ``env_class`` — the ToolEnv subclass (pass it as TRL's ``environment_factory``).
+    * ``make_tasks(split, n, seed, **knobs)`` — deterministic task generator; splits are disjoint.
+    * ``evaluate(task, outcome)`` — pure success check: a dict with at least ``success`` (0..1) and ``exact``.
+    * ``reward(task, outcome)`` — the default shaped reward (see ``agentlab.rewards`` to edit it).
+    * ``expert`` / ``random_policy`` — scripted policies (expert demos for SFT; a floor for evaluation).
+    * ``audit_keys(task)`` — the strings (line, answer ids, query) that must not repeat across splits.
+    """
+
+    name: str
+    env_class: type[ToolEnv]
+    make_tasks: Callable[..., list[Task]]
+    evaluate: Callable[[Task, Outcome], dict]
+    reward: Callable[[Task, Outcome], float]
+    expert: Policy
+    random_policy: Policy
+    audit_keys: Callable[[Task], dict[str, list[str]]]
+    description: str = ""
+
+    def make_env(self) -> ToolEnv:
+        return self.env_class()
+
+
+def call_tool(env: ToolEnv, call: ToolCall) -> str:
+    """Run one tool call on ``env`` and return its result string.
+
+    Unknown tools and wrong arguments become error strings, exactly as the policy would see them. InfraError
+    propagates (the caller decides about retries).
+    """
+    method = getattr(type(env), call.name, None) if not call.name.startswith("_") else None
+    if method is None or call.name in ("reset", "get_reward") or not callable(method):
+        env._outcome.tool_calls += 1
+        return env._error(f"unknown tool {call.name!r}; available tools: {', '.join(tool_names(env))}")
+    if not isinstance(call.arguments, dict):
+        env._outcome.tool_calls += 1
+        return env._error(f"arguments must be a JSON object, got {type(call.arguments).__name__}")
+    try:
+        return str(getattr(env, call.name)(**call.arguments))
+    except InfraError:
+        raise
+    except TypeError as exc:  # wrong or missing argument names
+        env._outcome.tool_calls += 1
+        return env._error(f"bad arguments for {call.name}: {exc}")
+
+
+def tool_names(env: ToolEnv | type[ToolEnv]) -> list[str]:
+    """Tool method names in the order TRL renders them (alphabetical, public, not reset/get_reward)."""
+    cls = env if isinstance(env, type) else type(env)
+    import inspect
+
+    return [
+        n
+        for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
+        if not n.startswith("_") and n not in ("reset", "get_reward")
+    ]
+
+
+def run_policy(spec: EnvSpec, task: Task, policy: Policy, max_calls: int = 30) -> tuple[Outcome, list[tuple]]:
+    """Play a scripted policy on a fresh environment. Returns the outcome and ``[(ToolCall, result), …]``."""
+    env = spec.make_env()
+    env.reset(task=task.to_json())
+    gen = policy(task)
+    history: list[tuple[ToolCall, str]] = []
+    result: str | None = None
+    try:
+        for _ in range(max_calls):
+            call = gen.send(result) if history else next(gen)
+            result = call_tool(env, call)
+            history.append((call, result))
+            if env.done:
+                break
+    except StopIteration:
+        pass
+    return env._outcome, history
+
+
+def seeded_rng(*parts: object) -> random.Random:
+    """A random.Random seeded from any parts (stable across runs and Python versions)."""
+    import hashlib
+
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
