@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 MAX_QUERY_TERMS = 32
-_WORD = re.compile(r"[A-Za-z][a-z0-9]*|[A-Z]+(?![a-z])|[0-9]+")
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+|[0-9]+")
 
 
 def words(text: str) -> list[str]:
