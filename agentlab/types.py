@@ -90,6 +90,64 @@ class Outcome:
     tool_errors: int = 0
 
 
+@dataclass
+class Turn:
+    """One assistant turn and the tool results it triggered.
+
+    ``tool_calls`` items: ``{"name", "arguments", "result", "error"}`` where ``error`` is ``None``, ``"policy"``
+    (the tool answered "Error: …") or ``"infra"`` (the environment failed after retries). ``off_form`` marks a
+    turn whose text tried to call a tool but could not be parsed. ``n_generated`` tokens are trained on;
+    ``n_context`` tokens (tool results and template glue) that follow are masked from the loss.
+    """
+
+    text: str
+    tool_calls: list[dict] = field(default_factory=list)
+    off_form: bool = False
+    n_generated: int = 0
+    n_context: int = 0
+
+
+@dataclass
+class Episode:
+    """One rollout, as written to ``rollouts.jsonl`` (one JSON object a line) and read back by evals/rewards.
+
+    ``exit_reason``: ``final_answer`` | ``no_tool_call`` | ``max_turns`` | ``context`` | ``error``.
+    ``failure``: ``None`` on success, ``"model"`` for a policy failure, ``"infra"`` when the environment failed
+    (those are re-run, never counted against the model). ``group`` indexes the prompt the episode was sampled
+    for (GRPO groups); ``sample`` its index inside the group.
+    """
+
+    task: Task
+    turns: list[Turn] = field(default_factory=list)
+    outcome: Outcome = field(default_factory=Outcome)
+    metrics: dict = field(default_factory=dict)
+    reward: float = 0.0
+    reward_terms: dict = field(default_factory=dict)
+    exit_reason: str = ""
+    failure: str | None = None
+    group: int = 0
+    sample: int = 0
+    timings: dict = field(default_factory=dict)
+    model_id: str = ""
+    config_id: str = ""
+    step: int | None = None
+
+    @property
+    def success(self) -> float:
+        return float(self.metrics.get("success", 0.0))
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Episode:
+        d = json.loads(text)
+        d["task"] = Task(**d["task"])
+        d["turns"] = [Turn(**t) for t in d["turns"]]
+        d["outcome"] = Outcome(**d["outcome"])
+        return cls(**d)
+
+
 class InfraError(RuntimeError):
     """Raised by a tool when the *environment* failed (database gone, timeout, dropped connection).
 

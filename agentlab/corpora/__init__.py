@@ -1,0 +1,1 @@
+"""Offline corpora the environments search: built from the machine, cached under ``data/cache``."""
