@@ -1,0 +1,45 @@
+"""The two environment descriptions (pyproject.toml for pip, environment.yml for conda) must agree."""
+
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _norm(req: str) -> tuple[str, str]:
+    name, spec = re.match(r"^([A-Za-z0-9_.\-\[\]]+)\s*(.*)$", req.strip()).groups()
+    return name.lower().replace("_", "-"), spec.replace(" ", "")
+
+
+def test_pyproject_and_environment_yml_agree():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pip_reqs = dict(_norm(r) for r in project["dependencies"] + project["optional-dependencies"]["dev"])
+    lines = (ROOT / "environment.yml").read_text().splitlines()
+    conda_reqs = dict(
+        _norm(line.strip()[2:]) for line in lines
+        if line.startswith("      - ") and not line.strip().startswith("- -e")
+    )
+    assert conda_reqs == pip_reqs
+
+
+def test_torch_is_pinned_to_the_cpu_build_version():
+    # An unpinned torch pulls a multi-GB CUDA build on a CPU machine.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert "torch==2.13.0" in project["dependencies"]
+
+
+def test_ci_runs_exactly_make_test():
+    script = (ROOT / ".ci" / "run").read_text().strip().splitlines()
+    assert script[-1] == "make test"
+    readme = (ROOT / "README.md").read_text()
+    assert "make test" in readme and "make quickstart" in readme
+
+
+def test_importing_agentlab_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, agentlab, agentlab.types, agentlab.envs, agentlab.models; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
