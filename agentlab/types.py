@@ -131,6 +131,7 @@ class Episode:
     model_id: str = ""
     config_id: str = ""
     step: int | None = None
+    tokens: dict = field(default_factory=dict)  # prompt_ids, completion_ids, mask (1 = trained), when recorded
 
     @property
     def success(self) -> float:

@@ -1,0 +1,304 @@
+"""THE agent loop, shared by evaluation and GRPO training.
+
+    from agentlab.rollout import LoopConfig, run_episodes
+    episodes = run_episodes(model, tok, spec, tasks, samples=4, config=LoopConfig(max_turns=4))
+
+Tokens are built exactly as TRL's multi-turn tool loop builds them — prompt rendered once, each generation
+appended as generated, each tool result appended as the template's suffix tokens (never re-tokenising the
+conversation) — so the same episode gives the same ids here and in ``GRPOTrainer`` (``tests/test_rollout.py``
+checks this against TRL itself). Generated tokens carry mask 1 (trained), tool results mask 0.
+
+Exits: ``final_answer`` (the environment's final tool ran), ``no_tool_call`` (the turn had no parsable call;
+``off_form`` marks a turn that tried), ``max_turns``, ``context`` (the next turn would not fit), ``error``
+(the environment kept failing after retries: an *infra* failure, never blamed on the model).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import IO
+
+from agentlab.types import Episode, EnvSpec, InfraError, Task, ToolCall, ToolEnv, Turn, call_tool, tool_names
+
+# A generate function maps token sequences (one per live episode) to the new tokens of each.
+GenerateFn = Callable[[list[list[int]]], list[list[int]]]
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """Budgets of one episode. Train and eval budgets may differ (seed 000 trained in 12 turns, scored in 30):
+    keep them equal unless you mean to measure that gap."""
+
+    max_turns: int = 4            # assistant generations per episode
+    max_new_tokens: int = 96      # per turn
+    max_context: int = 2048       # prompt + completion tokens; the episode ends before exceeding it
+    temperature: float = 0.7
+    top_p: float = 1.0
+    batch_size: int = 16          # episodes decoded together
+    retries: int = 2              # extra attempts for a tool call that raised (environment fault)
+    backoff_s: float = 0.05       # first retry delay; doubles each attempt
+
+    def __post_init__(self):
+        for name in ("max_turns", "max_new_tokens", "max_context", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"LoopConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.temperature < 0:
+            raise ValueError(f"LoopConfig.temperature must be >= 0, got {self.temperature}")
+
+
+class Renderer:
+    """Chat-template rendering for one (tokenizer, environment) pair, as TRL does it."""
+
+    def __init__(self, tokenizer, env_class: type[ToolEnv]):
+        self.tok = tokenizer
+        self.env_class = env_class
+        probe = env_class()
+        self.tools = [getattr(probe, n) for n in tool_names(env_class)]  # alphabetical, like TRL
+        self._suffix_cache: dict[tuple, list[int]] = {}
+
+    def messages(self, task: Task) -> list[dict]:
+        return [{"role": "system", "content": self.env_class.system_prompt},
+                {"role": "user", "content": task.question}]
+
+    def prompt_ids(self, task: Task) -> list[int]:
+        return list(self.tok.apply_chat_template(self.messages(task), tools=self.tools, add_generation_prompt=True,
+                                                 tokenize=True, return_dict=False))
+
+    def suffix_ids(self, tool_messages: list[dict]) -> list[int]:
+        """Tokens of tool results plus the next assistant header. Same method as TRL's ``_get_tool_suffix_ids``:
+        render a dummy call with and without the results, cut at the last EOS of the shorter one."""
+        dummy = [{"role": "user", "content": "dummy"},
+                 {"role": "assistant", "content": "",
+                  "tool_calls": [{"type": "function", "function": {"name": tool_messages[0]["name"], "arguments": {}}}]}]
+        prefix = self.tok.apply_chat_template(dummy, add_generation_prompt=False, tokenize=True, return_dict=False)
+        full = self.tok.apply_chat_template(dummy + tool_messages, add_generation_prompt=True, tokenize=True,
+                                            return_dict=False)
+        eos = [i for i, t in enumerate(prefix) if t == self.tok.eos_token_id]
+        if eos:
+            prefix = prefix[: eos[-1] + 1]
+        if full[: len(prefix)] != prefix:
+            raise ValueError("chat template is not prefix-preserving; run agentlab.models.preflight")
+        return list(full[len(prefix):])
+
+    def parse(self, new_ids: list[int], prefix: list[int]) -> dict:
+        from trl.chat_template_utils import parse_response
+
+        return parse_response(self.tok, new_ids, prefix=prefix, tools=self.tools)
+
+    def assistant_ids(self, call: ToolCall, task: Task) -> list[int]:
+        """The tokens a model would generate for ``call`` (a scripted turn), ending with EOS."""
+        base = self.messages(task)
+        before = self.tok.apply_chat_template(base, tools=self.tools, add_generation_prompt=True, tokenize=True,
+                                              return_dict=False)
+        after = self.tok.apply_chat_template(base + [call.as_message()], tools=self.tools, tokenize=True,
+                                             return_dict=False)
+        ids = list(after[len(before):])
+        end = ids.index(self.tok.eos_token_id) if self.tok.eos_token_id in ids else len(ids) - 1
+        return ids[: end + 1]
+
+
+def hf_generate_fn(model, tokenizer, config: LoopConfig, greedy: bool, seed: int) -> GenerateFn:
+    """Batched ``model.generate`` with left padding; each sequence is cut after its first EOS."""
+    import torch
+
+    calls = [0]
+
+    def generate(seqs: list[list[int]]) -> list[list[int]]:
+        width = max(map(len, seqs))
+        pad = tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(s)) + s for s in seqs])
+        attn = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs])
+        torch.manual_seed(seed * 1_000_003 + calls[0])  # reproducible from the seed, different per call
+        calls[0] += 1
+        sampling = {"do_sample": False} if greedy or config.temperature == 0 else {
+            "do_sample": True, "temperature": config.temperature, "top_p": config.top_p, "top_k": 0}
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=config.max_new_tokens,
+                                 pad_token_id=pad, eos_token_id=tokenizer.eos_token_id, **sampling)
+        result = []
+        for row in out[:, width:].tolist():
+            if tokenizer.eos_token_id in row:
+                row = row[: row.index(tokenizer.eos_token_id) + 1]
+            result.append(row)
+        return result
+
+    return generate
+
+
+@dataclass
+class _Live:
+    """An episode in progress."""
+
+    episode: Episode
+    env: ToolEnv
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+    tool_s: float = 0.0
+    gen_s: float = 0.0
+
+
+def _call_with_retries(env: ToolEnv, call: ToolCall, config: LoopConfig) -> tuple[str, str | None]:
+    """Run a tool call; an exception is an environment fault, retried with backoff, then reported as infra."""
+    for attempt in range(config.retries + 1):
+        errors_before = env._outcome.tool_errors
+        try:
+            result = call_tool(env, call)
+            return result, ("policy" if env._outcome.tool_errors > errors_before else None)
+        except Exception as exc:  # InfraError, TimeoutError, ConnectionError, or a tool bug
+            env._outcome.tool_calls -= 1 if env._outcome.tool_calls else 0  # do not count the failed attempt
+            if attempt == config.retries:
+                kind = type(exc).__name__ if not isinstance(exc, InfraError) else "InfraError"
+                return f"{kind}: {exc}", "infra"
+            time.sleep(config.backoff_s * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def _finish(live: _Live, spec: EnvSpec, exit_reason: str, infra: bool, reward_fn) -> Episode:
+    ep = live.episode
+    ep.outcome = live.env._outcome
+    ep.metrics = spec.evaluate(ep.task, ep.outcome)
+    ep.exit_reason = exit_reason
+    ep.failure = "infra" if infra else (None if ep.success >= 1.0 else "model")
+    if reward_fn is None:
+        ep.reward, ep.reward_terms = float(spec.reward(ep.task, ep.outcome)), {}
+    else:
+        total, terms = reward_fn(ep)
+        ep.reward, ep.reward_terms = float(total), dict(terms)
+    ep.timings = {"total_s": time.perf_counter() - live.started, "generate_s": live.gen_s, "tools_s": live.tool_s}
+    ep.tokens = {"prompt_ids": live.prompt_ids, "completion_ids": live.completion_ids, "mask": live.mask}
+    return ep
+
+
+def _step(live: _Live, new_ids: list[int], renderer: Renderer, spec: EnvSpec, config: LoopConfig,
+          reward_fn) -> Episode | None:
+    """Apply one generated turn to an episode; return the finished Episode, or None if it goes on."""
+    ep = live.episode
+    seq_before = live.prompt_ids + live.completion_ids
+    parsed = renderer.parse(new_ids, prefix=seq_before)
+    text = renderer.tok.decode(new_ids, skip_special_tokens=False)
+    turn = Turn(text=text, n_generated=len(new_ids))
+    ep.turns.append(turn)
+    live.completion_ids += new_ids
+    live.mask += [1] * len(new_ids)
+    calls = parsed.get("tool_calls") or []
+    if not calls:
+        turn.off_form = "<tool_call>" in text
+        return _finish(live, spec, "no_tool_call", False, reward_fn)
+    tool_messages = []
+    t0 = time.perf_counter()
+    for raw in calls:
+        fn = raw.get("function", {})
+        call = ToolCall(str(fn.get("name", "")), fn.get("arguments", {}))
+        result, error = _call_with_retries(live.env, call, config)
+        turn.tool_calls.append({"name": call.name, "arguments": call.arguments, "result": result, "error": error})
+        tool_messages.append({"role": "tool", "name": call.name, "content": result})
+        if error == "infra":
+            live.tool_s += time.perf_counter() - t0
+            return _finish(live, spec, "error", True, reward_fn)
+    live.tool_s += time.perf_counter() - t0
+    if live.env.done:
+        return _finish(live, spec, "final_answer", False, reward_fn)
+    if len(ep.turns) >= config.max_turns:
+        return _finish(live, spec, "max_turns", False, reward_fn)
+    suffix = renderer.suffix_ids(tool_messages)
+    if len(live.prompt_ids) + len(live.completion_ids) + len(suffix) + config.max_new_tokens > config.max_context:
+        return _finish(live, spec, "context", False, reward_fn)
+    live.completion_ids += suffix
+    live.mask += [0] * len(suffix)
+    turn.n_context = len(suffix)
+    return None
+
+
+def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples: int = 1,
+                 config: LoopConfig = LoopConfig(), greedy: bool = False, seed: int = 0,
+                 generate_fn: GenerateFn | None = None, env_factory: Callable[[], ToolEnv] | None = None,
+                 reward_fn=None, out: IO[str] | None = None, progress: bool = True, step: int | None = None,
+                 model_id: str = "", config_id: str = "") -> list[Episode]:
+    """Run ``samples`` episodes per task, decoding live episodes in batches; return them in (task, sample) order.
+
+    ``generate_fn`` replaces the model (scripted tests, other backends). ``env_factory`` replaces
+    ``spec.make_env`` (fault injection). ``reward_fn(ep) -> (total, terms)`` replaces the env's default reward.
+    ``out``: a text file; each finished episode is appended as one JSON line and flushed.
+    """
+    renderer = Renderer(tokenizer, spec.env_class)
+    generate = generate_fn or hf_generate_fn(model, tokenizer, config, greedy, seed)
+    make_env = env_factory or spec.make_env
+    todo = [(g, s, task) for g, task in enumerate(tasks) for s in range(samples)]
+    done: dict[tuple[int, int], Episode] = {}
+    bar = _progress(len(todo), progress, f"{spec.name} episodes")
+    pending = list(todo)
+    live: list[_Live] = []
+    while pending or live:
+        while pending and len(live) < config.batch_size:
+            g, s, task = pending.pop(0)
+            env = make_env()
+            env.reset(task=task.to_json())
+            ep = Episode(task=task, group=g, sample=s, step=step, model_id=model_id, config_id=config_id)
+            live.append(_Live(ep, env, renderer.prompt_ids(task)))
+        t0 = time.perf_counter()
+        new = generate([lv.prompt_ids + lv.completion_ids for lv in live])
+        share = (time.perf_counter() - t0) / len(live)
+        still = []
+        for lv, new_ids in zip(live, new, strict=True):
+            lv.gen_s += share
+            finished = _step(lv, new_ids, renderer, spec, config, reward_fn)
+            if finished is None:
+                still.append(lv)
+                continue
+            done[(finished.group, finished.sample)] = finished
+            if out is not None:
+                out.write(finished.to_json() + "\n")
+                out.flush()
+            bar.update(1)
+        live = still
+    bar.close()
+    return [done[(g, s)] for g, s, _ in todo]
+
+
+def _progress(total: int, enabled: bool, desc: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, disable=not enabled, leave=False)
+
+
+def scripted_generate_fn(renderer: Renderer, tasks: list[Task], policy) -> GenerateFn:
+    """A generate function that 'generates' a scripted policy's calls as tokens (tests, demonstrations).
+
+    Stateless: each sequence is matched to its task by its prompt prefix, and the policy is replayed from the
+    start with every tool result found in the sequence so far, so any number of samples per task works.
+    """
+    prompts = {tuple(renderer.prompt_ids(t)): t for t in tasks}
+
+    def generate(seqs: list[list[int]]) -> list[list[int]]:
+        out = []
+        for seq in seqs:
+            key = next(p for p in prompts if tuple(seq[: len(p)]) == p)
+            task = prompts[key]
+            results = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", renderer.tok.decode(seq[len(key):]),
+                                 flags=re.S)
+            gen = policy(task)
+            try:
+                call = next(gen)
+                for result in results:
+                    call = gen.send(result)
+            except StopIteration:
+                out.append([renderer.tok.eos_token_id])
+                continue
+            out.append(renderer.assistant_ids(call, task))
+        return out
+
+    return generate
+
+
+def episodes_to_jsonl(episodes: list[Episode]) -> str:
+    return "".join(ep.to_json() + "\n" for ep in episodes)
+
+
+def config_dict(config: LoopConfig) -> dict:
+    return json.loads(json.dumps(asdict(config)))

@@ -1,0 +1,149 @@
+"""The agent loop: scripted episodes, exits, masks, infra retries, JSONL records, and token identity with TRL."""
+
+import io
+import json
+
+import pytest
+
+from agentlab.envs import load
+from agentlab.envs.lookup import LookupEnv
+from agentlab.rollout import LoopConfig, Renderer, run_episodes, scripted_generate_fn
+from agentlab.types import Episode, InfraError, ToolCall
+
+SPEC = load("lookup")
+
+
+def _scripted(tok, tasks, policy=None, **kw):
+    renderer = Renderer(tok, SPEC.env_class)
+    gen = scripted_generate_fn(renderer, tasks, policy or SPEC.expert)
+    return run_episodes(None, tok, SPEC, tasks, generate_fn=gen, progress=False, **kw)
+
+
+def test_scripted_expert_succeeds_and_masks_tool_results(tiny):
+    _, tok = tiny
+    tasks = SPEC.make_tasks("test", 5, seed=1)
+    episodes = _scripted(tok, tasks, samples=2)
+    assert [(e.group, e.sample) for e in episodes] == [(g, s) for g in range(5) for s in range(2)]
+    for ep in episodes:
+        assert ep.exit_reason == "final_answer" and ep.success == 1.0 and ep.failure is None
+        ids, mask = ep.tokens["completion_ids"], ep.tokens["mask"]
+        assert len(ids) == len(mask) == sum(t.n_generated + t.n_context for t in ep.turns)
+        trained = tok.decode([t for t, m in zip(ids, mask) if m])
+        masked = tok.decode([t for t, m in zip(ids, mask) if not m])
+        assert "<tool_response>" in masked and "<tool_response>" not in trained
+        assert trained.count("<tool_call>") == 2 and trained.endswith("<|im_end|>")
+
+
+def test_off_form_call_is_recorded_not_raised(tiny):
+    _, tok = tiny
+    tasks = SPEC.make_tasks("test", 2, seed=0)
+    bad = tok.encode('<tool_call>\n{"name": "search_people", "arguments": {"query": \n</tool_call><|im_end|>')
+    episodes = run_episodes(None, tok, SPEC, tasks, generate_fn=lambda seqs: [bad for _ in seqs], progress=False)
+    for ep in episodes:
+        assert ep.exit_reason == "no_tool_call" and ep.turns[0].off_form and ep.failure == "model"
+
+
+def test_turn_budget_and_context_budget(tiny):
+    _, tok = tiny
+    tasks = SPEC.make_tasks("test", 2, seed=0)
+
+    def searcher(task):
+        while True:
+            yield ToolCall("search_people", {"query": "Ada"})
+
+    eps = _scripted(tok, tasks, policy=searcher, config=LoopConfig(max_turns=3))
+    assert all(e.exit_reason == "max_turns" and len(e.turns) == 3 for e in eps)
+    eps = _scripted(tok, tasks, policy=searcher, config=LoopConfig(max_turns=50, max_context=700))
+    assert all(e.exit_reason == "context" for e in eps)
+    assert all(len(e.tokens["prompt_ids"]) + len(e.tokens["completion_ids"]) <= 700 for e in eps)
+
+
+class _Flaky(LookupEnv):
+    """Fails the first ``fail`` tool calls of every episode with an environment fault."""
+
+    fail = 1
+
+    def _start(self, task):
+        self._calls = 0
+
+    def search_people(self, query: str) -> str:
+        """Search the people directory by name.
+
+        Args:
+            query: Words of the person's name.
+        """
+        self._calls += 1
+        if self._calls <= self.fail:
+            raise InfraError("database connection dropped")
+        return super().search_people(query)
+
+
+def test_transient_faults_are_retried_and_persistent_ones_are_infra(tiny):
+    _, tok = tiny
+    tasks = SPEC.make_tasks("test", 3, seed=0)
+    eps = _scripted(tok, tasks, env_factory=_Flaky, config=LoopConfig(retries=2, backoff_s=0))
+    assert all(e.success == 1.0 for e in eps)
+
+    class Dead(_Flaky):
+        fail = 99
+
+    eps = _scripted(tok, tasks, env_factory=Dead, config=LoopConfig(retries=2, backoff_s=0))
+    for ep in eps:
+        assert ep.failure == "infra" and ep.exit_reason == "error"
+        assert ep.turns[-1].tool_calls[-1]["error"] == "infra"
+
+
+def test_jsonl_records_one_line_per_episode(tiny):
+    _, tok = tiny
+    tasks = SPEC.make_tasks("test", 3, seed=0)
+    buf = io.StringIO()
+    eps = _scripted(tok, tasks, out=buf, step=7, model_id="m", config_id="c")
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 3
+    back = [Episode.from_json(line) for line in lines]
+    assert {b.task.id for b in back} == {e.task.id for e in eps}
+    assert all(b.step == 7 and b.model_id == "m" and json.loads(lines[0])["task"]["env"] == "lookup" for b in back)
+
+
+def test_real_tiny_model_runs_batched_and_reproducibly(tiny):
+    model, tok = tiny
+    tasks = SPEC.make_tasks("test", 3, seed=0)
+    cfg = LoopConfig(max_turns=2, max_new_tokens=8, batch_size=4)
+    a = run_episodes(model, tok, SPEC, tasks, samples=2, config=cfg, seed=3, progress=False)
+    b = run_episodes(model, tok, SPEC, tasks, samples=2, config=cfg, seed=3, progress=False)
+    assert len(a) == 6 and all(e.turns and e.exit_reason for e in a)
+    assert [e.tokens["completion_ids"] for e in a] == [e.tokens["completion_ids"] for e in b]
+
+
+def test_same_tokens_as_trl_tool_loop(tiny, tmp_path):
+    """Render the same scripted episodes with TRL's GRPOTrainer tool loop and with ours: identical ids and masks."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    model, tok = tiny
+    tasks = SPEC.make_tasks("test", 2, seed=4)
+    renderer = Renderer(tok, SPEC.env_class)
+    rows = [{"prompt": renderer.messages(t), "task": t.to_json()} for t in tasks]
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, num_generations=2, per_device_train_batch_size=2,
+                      max_completion_length=1024, max_tool_calling_iterations=1, report_to=[], logging_steps=1)
+    trainer = GRPOTrainer(model=model, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                          args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
+                          environment_factory=LookupEnv)
+    scripted = scripted_generate_fn(renderer, tasks, SPEC.expert)
+    trainer._generate_single_turn = lambda prompt_ids, *a, **k: (scripted([list(p) for p in prompt_ids]), None)
+    inputs = [rows[0], rows[0], rows[1], rows[1]]
+    out = trainer._generate_and_score_completions(inputs)
+
+    ours = _scripted(tok, tasks, samples=2)
+    for i, ep in enumerate(ours):
+        n = int(out["completion_mask"][i].sum())
+        trl_ids = out["completion_ids"][i][:n].tolist()
+        trl_mask = out["tool_mask"][i][:n].tolist()
+        assert out["prompt_ids"][i][out["prompt_mask"][i].bool()].tolist() == ep.tokens["prompt_ids"]
+        assert trl_ids == ep.tokens["completion_ids"]
+        assert trl_mask == ep.tokens["mask"]
+
+
+def test_bad_loop_config_is_refused():
+    with pytest.raises(ValueError, match="max_turns must be >= 1"):
+        LoopConfig(max_turns=0)
