@@ -282,8 +282,12 @@ def preflight(model, tokenizer, tools, system_prompt: str = "You are a helpful a
 
     ``tools``: a ToolEnv class/instance or a list of callables. Raises PreflightError (``strict``) on failure.
     """
-    from trl.chat_template_utils import (get_training_chat_template, is_chat_template_prefix_preserving,
-                                         parse_response, supports_tool_calling)
+    from trl.chat_template_utils import (
+        get_training_chat_template,
+        is_chat_template_prefix_preserving,
+        parse_response,
+        supports_tool_calling,
+    )
 
     from agentlab.types import ToolCall, ToolEnv, tool_names
 
@@ -342,7 +346,7 @@ def preflight(model, tokenizer, tools, system_prompt: str = "You are a helpful a
         mask_ok = (name in trained and "TOOL_OUTPUT_MARKER" in masked and "TOOL_OUTPUT_MARKER" not in trained
                    and trained.count(tokenizer.eos_token) == 2 and system_prompt not in trained)
         detail = f"trains {sum(mask)}/{len(mask)} tokens: {trained!r}"
-    except Exception as exc:  # no training template known for this chat template
+    except Exception as exc:  # noqa: BLE001 — no training template is known for this chat template
         mask_ok, detail = False, f"no assistant-only loss mask available: {exc}"
     add(("assistant-only loss mask", mask_ok, detail))
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import IO
 
-from agentlab.types import Episode, EnvSpec, InfraError, Task, ToolCall, ToolEnv, Turn, call_tool, tool_names
+from agentlab.types import EnvSpec, Episode, Task, ToolCall, ToolEnv, Turn, call_tool, tool_names
 
 # A generate function maps token sequences (one per live episode) to the new tokens of each.
 GenerateFn = Callable[[list[list[int]]], list[list[int]]]
@@ -145,16 +145,16 @@ class _Live:
 
 def _call_with_retries(env: ToolEnv, call: ToolCall, config: LoopConfig) -> tuple[str, str | None]:
     """Run a tool call; an exception is an environment fault, retried with backoff, then reported as infra."""
+    counted = env._outcome.tool_calls
     for attempt in range(config.retries + 1):
         errors_before = env._outcome.tool_errors
         try:
             result = call_tool(env, call)
             return result, ("policy" if env._outcome.tool_errors > errors_before else None)
-        except Exception as exc:  # InfraError, TimeoutError, ConnectionError, or a tool bug
-            env._outcome.tool_calls -= 1 if env._outcome.tool_calls else 0  # do not count the failed attempt
+        except Exception as exc:  # noqa: BLE001 — InfraError, TimeoutError, a dropped connection or a tool bug
+            env._outcome.tool_calls = counted  # a failed attempt is not a call the policy made
             if attempt == config.retries:
-                kind = type(exc).__name__ if not isinstance(exc, InfraError) else "InfraError"
-                return f"{kind}: {exc}", "infra"
+                return f"{type(exc).__name__}: {exc}", "infra"
             time.sleep(config.backoff_s * 2**attempt)
     raise AssertionError("unreachable")
 
@@ -165,11 +165,8 @@ def _finish(live: _Live, spec: EnvSpec, exit_reason: str, infra: bool, reward_fn
     ep.metrics = spec.evaluate(ep.task, ep.outcome)
     ep.exit_reason = exit_reason
     ep.failure = "infra" if infra else (None if ep.success >= 1.0 else "model")
-    if reward_fn is None:
-        ep.reward, ep.reward_terms = float(spec.reward(ep.task, ep.outcome)), {}
-    else:
-        total, terms = reward_fn(ep)
-        ep.reward, ep.reward_terms = float(total), dict(terms)
+    total, terms = reward_fn(ep)
+    ep.reward, ep.reward_terms = float(total), dict(terms)
     ep.timings = {"total_s": time.perf_counter() - live.started, "generate_s": live.gen_s, "tools_s": live.tool_s}
     ep.tokens = {"prompt_ids": live.prompt_ids, "completion_ids": live.completion_ids, "mask": live.mask}
     return ep
@@ -223,9 +220,12 @@ def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples:
     """Run ``samples`` episodes per task, decoding live episodes in batches; return them in (task, sample) order.
 
     ``generate_fn`` replaces the model (scripted tests, other backends). ``env_factory`` replaces
-    ``spec.make_env`` (fault injection). ``reward_fn(ep) -> (total, terms)`` replaces the env's default reward.
+    ``spec.make_env`` (fault injection). ``reward_fn(ep) -> (total, terms)`` replaces ``agentlab.rewards.default_reward(spec.name)``.
     ``out``: a text file; each finished episode is appended as one JSON line and flushed.
     """
+    from agentlab.rewards import default_reward
+
+    reward_fn = reward_fn or default_reward(spec.name)
     renderer = Renderer(tokenizer, spec.env_class)
     generate = generate_fn or hf_generate_fn(model, tokenizer, config, greedy, seed)
     make_env = env_factory or spec.make_env
@@ -281,7 +281,7 @@ def scripted_generate_fn(renderer: Renderer, tasks: list[Task], policy) -> Gener
             key = next(p for p in prompts if tuple(seq[: len(p)]) == p)
             task = prompts[key]
             results = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", renderer.tok.decode(seq[len(key):]),
-                                 flags=re.S)
+                                 flags=re.DOTALL)
             gen = policy(task)
             try:
                 call = next(gen)

@@ -86,8 +86,11 @@ class SearchIndex:
         writer.wait_merging_threads()
         (tmp / "FINGERPRINT").write_text(fingerprint)
         if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+            shutil.rmtree(path, ignore_errors=True)
+        try:
+            os.replace(tmp, path)
+        except OSError:  # another process finished the same build first: use theirs
+            shutil.rmtree(tmp, ignore_errors=True)
         return cls(path)
 
     @classmethod
@@ -98,7 +101,7 @@ class SearchIndex:
         if stamp.exists() and stamp.read_text() == fingerprint:
             try:
                 return cls(path)
-            except Exception:  # a corrupt index is rebuilt, never used
+            except Exception:  # noqa: BLE001, S110 — a corrupt index is rebuilt, never used
                 pass
         return cls.build(path, docs(), fingerprint)
 

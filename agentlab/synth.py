@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from itertools import combinations
+from pathlib import Path
 
 from agentlab.types import EnvSpec, Task
 
@@ -36,3 +37,97 @@ def _keys(spec: EnvSpec, tasks: list[Task]) -> dict[str, set[str]]:
         for kind, values in spec.audit_keys(task).items():
             out.setdefault(kind, set()).update(" ".join(v.lower().split()) for v in values)
     return out
+
+
+# -- datasets ---------------------------------------------------------------------------------------------------------
+
+DEFAULT_SIZES = {"train": 240, "validation": 48, "test": 120}
+
+
+def build_splits(spec: EnvSpec, sizes: dict[str, int] | None = None, seed: int = 0, **knobs) -> dict[str, list[Task]]:
+    """Generate train / validation / test tasks and audit them disjoint; raises if the audit fails."""
+    sizes = sizes or DEFAULT_SIZES
+    splits = {name: spec.make_tasks(name, n, seed=seed, **knobs) for name, n in sizes.items() if n > 0}
+    report = audit_splits(spec, splits)
+    if not report["ok"]:
+        raise ValueError(f"{spec.name}: splits overlap: {report['overlaps']}")
+    return splits
+
+
+def save_splits(splits: dict[str, list[Task]], folder: Path) -> dict[str, Path]:
+    """Write one ``<split>.jsonl`` per split (one Task JSON a line), atomically."""
+    import os
+    import tempfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, tasks in splits.items():
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
+        with os.fdopen(fd, "w") as fh:
+            fh.writelines(t.to_json() + "\n" for t in tasks)
+        paths[name] = folder / f"{name}.jsonl"
+        os.replace(tmp, paths[name])
+    return paths
+
+
+def load_tasks(path: Path) -> list[Task]:
+    return [Task.from_json(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def tool_schemas(env_class) -> list[dict]:
+    """JSON schemas of the environment's tools, in the order TRL renders them (alphabetical)."""
+    from transformers.utils import get_json_schema
+
+    from agentlab.types import tool_names
+
+    env = env_class()
+    return [get_json_schema(getattr(env, n)) for n in tool_names(env_class)]
+
+
+def expert_demos(spec: EnvSpec, tasks: list[Task], policy=None) -> list[dict]:
+    """Conversations of the scripted expert, rendered with exactly the tool list (and order) the trainer uses.
+
+    Each row: ``{"messages": [...], "tools": json, "task_id": ...}`` — TRL's SFTTrainer conversational format.
+    Only successful demonstrations are kept: we teach what works.
+    """
+    import json as _json
+
+    from agentlab.types import run_policy
+
+    tools = _json.dumps(tool_schemas(spec.env_class))
+    rows = []
+    for task in tasks:
+        outcome, history = run_policy(spec, task, policy or spec.expert)
+        if spec.evaluate(task, outcome)["success"] < 1.0:
+            continue
+        messages = [{"role": "system", "content": spec.env_class.system_prompt},
+                    {"role": "user", "content": task.question}]
+        for call, result in history:
+            messages.append(call.as_message())
+            if call.name != spec.env_class.final_tool:
+                messages.append({"role": "tool", "name": call.name, "content": result})
+        rows.append({"messages": messages, "tools": tools, "task_id": task.id})
+    return rows
+
+
+def tokenize_demos(demos: list[dict], tokenizer) -> list[dict]:
+    """Tokenize demonstrations for SFT: ``input_ids`` + ``assistant_masks`` (1 on the assistant's tokens).
+
+    Why we tokenize here instead of letting SFTTrainer do it: a ``datasets`` column of messages unifies the
+    tool-call ``arguments`` dicts of all rows into one struct, so ``{"query": "Ada"}`` comes back as
+    ``{"query": "Ada", "value": None}`` and the model learns to emit null arguments (seen: 100% failed calls).
+    Rendering from the Python dicts avoids the round trip. The template is TRL's training variant of the
+    policy's template (same tokens, plus generation markers for the mask).
+    """
+    import json as _json
+
+    from trl.chat_template_utils import get_training_chat_template
+
+    template = get_training_chat_template(tokenizer)
+    rows = []
+    for demo in demos:
+        tools = _json.loads(demo["tools"]) if isinstance(demo["tools"], str) else demo["tools"]
+        out = tokenizer.apply_chat_template(demo["messages"], tools=tools, chat_template=template, tokenize=True,
+                                            return_dict=True, return_assistant_tokens_mask=True)
+        rows.append({"input_ids": list(out["input_ids"]), "assistant_masks": list(out["assistant_masks"])})
+    return rows

@@ -94,20 +94,23 @@ MATERIALS = {
     "camping": "nylon, ripstop nylon, polyester, aluminium, steel, titanium, silicone",
 }
 MATERIALS = {cat: [m.strip() for m in text.split(",")] for cat, text in MATERIALS.items()}
-SIZES = {"clothing": "XS S M L XL XXL".split(), "footwear": [str(n) for n in range(36, 47)],
+SIZES = {"clothing": ["XS", "S", "M", "L", "XL", "XXL"], "footwear": [str(n) for n in range(36, 47)],
          "bags": ["10L", "20L", "30L", "40L", "60L"]}
 PRICE_BANDS = {"clothing": (10, 200), "footwear": (25, 220), "furniture": (40, 900), "kitchen": (5, 400),
                "tools": (8, 350), "electronics": (10, 1200), "sports": (8, 900), "garden": (5, 600),
                "toys": (5, 150), "home": (5, 300), "bags": (10, 300), "camping": (8, 400)}
-COLOURS = "black white grey navy blue red green olive beige brown pink purple yellow orange teal silver".split()
-BRANDS = (
-    "Northpeak Alderway Brightfold Cobalta Duneva Elmstead Fernhollow Granitek Harbourne Ivorya Juniperra "
-    "Kestrelle Larchmont Mistral Nordvik Oakhurst Pinegrove Quillon Redwyn Saltmarsh Thornbury Umbrion "
-    "Valeworth Westerly Yarrowby Zephyra Ashcombe Birchlane Corvanta Driftmoor Embervale Foxbridge Glenhaven "
-    "Hollowell Islay Jasperton Kilnworth Lumora Moorfield Nettlebeck Orrin Pebblestone Quarrybrook Rowanby "
-    "Stonewick Tidewell Upland Vireo Willowmere Ardentix Boltcraft Clearwater Dovetail Everkeen Fjordline "
-    "Gullwing Hearthly Ironleaf Kindred Lodestar"
-).split()
+COLOURS = ["black", "white", "grey", "navy", "blue", "red", "green", "olive", "beige", "brown", "pink", "purple",
+           "yellow", "orange", "teal", "silver"]
+BRANDS = [
+    "Northpeak", "Alderway", "Brightfold", "Cobalta", "Duneva", "Elmstead", "Fernhollow", "Granitek",
+    "Harbourne", "Ivorya", "Juniperra", "Kestrelle", "Larchmont", "Mistral", "Nordvik", "Oakhurst",
+    "Pinegrove", "Quillon", "Redwyn", "Saltmarsh", "Thornbury", "Umbrion", "Valeworth", "Westerly",
+    "Yarrowby", "Zephyra", "Ashcombe", "Birchlane", "Corvanta", "Driftmoor", "Embervale", "Foxbridge",
+    "Glenhaven", "Hollowell", "Islay", "Jasperton", "Kilnworth", "Lumora", "Moorfield", "Nettlebeck", "Orrin",
+    "Pebblestone", "Quarrybrook", "Rowanby", "Stonewick", "Tidewell", "Upland", "Vireo", "Willowmere",
+    "Ardentix", "Boltcraft", "Clearwater", "Dovetail", "Everkeen", "Fjordline", "Gullwing", "Hearthly",
+    "Ironleaf", "Kindred", "Lodestar"
+]
 BRANDS_PER_CATEGORY = 14
 USES = {  # one of these ends every description; gives search some realistic noise words
     "clothing": ["Comfortable for everyday wear.", "A relaxed fit that layers well.", "Machine washable."],
@@ -123,7 +126,8 @@ USES = {  # one of these ends every description; gives search some realistic noi
     "bags": ["Padded straps for comfort.", "Plenty of pockets for travel.", "Water resistant fabric."],
     "camping": ["Packs small for the trail.", "Light enough for backpacking.", "Tested in wind and rain."],
 }
-STOPWORDS = set("a an and the of for in on to with by from is it at or as up all any".split())
+STOPWORDS = {"a", "an", "and", "the", "of", "for", "in", "on", "to", "with", "by", "from", "is", "it", "at", "or",
+             "as", "up", "all", "any"}
 WORDNET_NOUNS = Path("/usr/share/wordnet/data.noun")
 WORDNET_ROOTS = {"clothing": "garment", "footwear": "footwear", "furniture": "furniture",
                  "kitchen": "kitchen_utensil", "tools": "hand_tool", "toys": "toy", "home": "bedclothes"}
@@ -192,58 +196,62 @@ def terms(text: str) -> list[str]:
 
 
 class ProductIndex:
-    """In-memory inverted index with structured filters.
+    """In-memory inverted index with structured filters, scored with numpy.
 
     Why not ``agentlab.search.SearchIndex`` (tantivy): its schema stores only ids over title/body, so the
     brand/colour/price/rating filters would mean over-fetching and filtering afterwards, which silently drops
-    matches beyond the fetch depth. 12k short documents fit in a dict of postings built in ~0.1 s, and a search
-    (postings or the filtered subset, whichever is smaller) takes well under a millisecond.
+    matches beyond the fetch depth. Here postings are numpy arrays and filters boolean masks: built in ~0.2 s,
+    a search is a few vector operations (~0.1 ms p50; a pure-Python dict version took 3–7 ms on queries with
+    common words like "size" or colours).
     """
 
     def __init__(self, products: tuple[dict, ...]):
+        import numpy as np
+
         self.products = products
         self.by_id = {p["id"]: p for p in products}
-        self.postings: dict[str, dict[int, float]] = defaultdict(dict)
-        self.doc_terms: list[dict[str, float]] = []
-        self.by_field: dict[str, dict[str, set[int]]] = {f: defaultdict(set) for f in ("category", "brand", "colour")}
-        for i, p in enumerate(products):
-            weights = {t: 1.0 for t in terms(p["description"])} | {t: 2.0 for t in terms(p["title"])}
-            self.doc_terms.append(weights)
-            for t, w in weights.items():
-                self.postings[t][i] = w
-            for f, sets in self.by_field.items():
-                sets[p[f].lower()].add(i)
+        postings: dict[str, dict[int, float]] = defaultdict(dict)
+        for i, p in enumerate(products):  # a title word weighs twice a description word
+            for t, w in ({t: 1.0 for t in terms(p["description"])} | {t: 2.0 for t in terms(p["title"])}).items():
+                postings[t][i] = w
         n = len(products)
-        self.idf = {t: math.log(1 + n / len(docs)) for t, docs in self.postings.items()}
+        self.postings = {t: (np.fromiter(d, int), math.log(1 + n / len(d)) * np.fromiter(d.values(), float))
+                         for t, d in postings.items()}
+        self.by_field = {}  # field -> value -> boolean mask over products
+        for f in ("category", "brand", "colour"):
+            values = np.array([p[f].lower() for p in products])
+            self.by_field[f] = {v: values == v for v in sorted(set(values.tolist()))}
+        self.price = np.array([p["price"] for p in products])
+        self.rating = np.array([p["rating"] for p in products])
 
     def search(self, query: str, k: int = 10, max_price: float = 0, min_rating: float = 0,
                **fields: str) -> tuple[list[dict], int]:
         """Top-``k`` products by idf-weighted term overlap among those passing the filters, and the match count.
 
         ``fields`` are exact (case-insensitive) ``category``/``brand``/``colour`` filters; empty or 0 means none.
-        An empty query lists the filtered products by rating.
+        A query without search words lists the filtered products by rating. Ties break by rating, then id.
         """
+        import numpy as np
+
         words = terms(query)[:32]
-        qterms = [t for t in words if t in self.idf]
-        subsets = [self.by_field[f].get(v.lower(), set()) for f, v in fields.items() if v]
-        allowed = set.intersection(*subsets) if subsets else None
-        if not words:
-            scores = dict.fromkeys(allowed if allowed is not None else range(len(self.products)), 0.0)
-        elif not qterms:
-            scores = {}
-        elif allowed is not None and len(allowed) < sum(len(self.postings[t]) for t in qterms):
-            scores = {i: s for i in allowed if (s := sum(self.idf[t] * self.doc_terms[i].get(t, 0) for t in qterms))}
-        else:
-            scores = defaultdict(float)
-            for t in qterms:
-                for i, w in self.postings[t].items():
-                    scores[i] += self.idf[t] * w
-            if allowed is not None:
-                scores = {i: s for i, s in scores.items() if i in allowed}
-        hits = [i for i in scores if (not max_price or self.products[i]["price"] <= max_price)
-                and (not min_rating or self.products[i]["rating"] >= min_rating)]
-        hits.sort(key=lambda i: (-scores[i], -self.products[i]["rating"], i))
-        return [self.products[i] for i in hits[:k]], len(hits)
+        scores = np.zeros(len(self.products))
+        for t in words:
+            if t in self.postings:
+                ids, weights = self.postings[t]
+                scores[ids] += weights
+        mask = scores > 0 if words else np.ones(len(self.products), bool)
+        for f, v in fields.items():
+            if v:
+                mask &= self.by_field[f].get(v.lower(), False)
+        if max_price:
+            mask &= self.price <= max_price
+        if min_rating:
+            mask &= self.rating >= min_rating
+        hits = np.flatnonzero(mask)
+        if len(hits) > k:  # keep everything tied with the k-th score, so the tie-break below is exact
+            hits = hits[scores[hits] >= np.partition(scores[hits], len(hits) - k)[len(hits) - k]]
+        top = hits[np.lexsort((hits, -self.rating[hits], -scores[hits]))][:k]
+        return [self.products[i] for i in top], int(mask.sum())
 
 
 @lru_cache(maxsize=4)

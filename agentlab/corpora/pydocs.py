@@ -33,7 +33,7 @@ from pathlib import Path
 from agentlab.paths import cache_dir
 from agentlab.search import SearchIndex
 
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 MAX_WORDS = 300
 CORPORA = ("default", "rich")
 RST_ROOT = Path("/usr/share/doc/python3.11/html/_sources")
@@ -109,6 +109,7 @@ def stdlib_chunks() -> list[dict]:
     chunks: list[dict] = []
     taken: set[str] = set()
     for module, path in stdlib_files():
+        taken.add(module)
         try:
             tree = ast.parse(path.read_bytes())
         except (SyntaxError, ValueError, OSError):  # a few files target other Python versions (lib2to3 data)
@@ -206,7 +207,7 @@ def man_page_text(source: str) -> tuple[str, list[tuple[str, str]]]:
                 sections[-1][1].extend(["", head])
         elif m := re.match(r"\.(B|I|BR|IR|RB|BI|IB|RI|SM|SB)\s+(.*)", line):
             words = re.findall(r'"([^"]*)"|(\S+)', m.group(2))
-            sections and sections[-1][1].append(("" if "R" in m.group(1) else "").join(a or b for a, b in words))
+            sections and sections[-1][1].append(("" if len(m.group(1)) == 2 and m.group(1)[0] != "S" else " ").join(a or b for a, b in words))
         elif re.match(r"\.(PP|P|LP|TP|IP|sp|br|RS|RE|EX|EE|nf|fi)\b", line):
             sections and sections[-1][1].append("")
         elif not line.startswith((".", "'")) and sections:
@@ -221,7 +222,8 @@ def _man_paths() -> list[Path]:
     for sec in MAN_SECTIONS:
         folder = MAN_ROOT / f"man{sec}"
         if folder.is_dir():
-            paths += sorted(p for p in folder.iterdir() if re.fullmatch(rf"[\w.+\-]+\.{sec}\w*\.gz", p.name))
+            # Symlinked aliases (setresgid32.2 -> setresgid.2) would duplicate whole pages.
+            paths += sorted(p for p in folder.iterdir() if not p.is_symlink() and re.fullmatch(rf"[\w.+\-]+\.{sec}\w*\.gz", p.name))
     return paths
 
 
@@ -232,7 +234,7 @@ def man_chunks() -> list[dict]:
         try:
             with gzip.open(path, "rt", errors="replace") as fh:
                 head = fh.read(4096)
-                th = re.search(r"^\.TH .*$", head, re.M)
+                th = re.search(r"^\.TH .*$", head, re.MULTILINE)
                 if not th or "Linux man-pages" not in th.group() or re.match(r"\.so\s", head.lstrip()):
                     continue
                 source = head + fh.read()
@@ -339,8 +341,7 @@ class Corpus:
     def grep(self, pattern, max_hits: int = 10, budget_s: float = 0.5) -> tuple[list[tuple[int, int]], bool]:
         """``([(chunk index, match offset in its text), …], complete)`` for a compiled ``regex`` pattern.
 
-        Bounded in time: each search gets the budget left as the ``regex`` timeout (stdlib ``re`` has none),
-        so catastrophic patterns like ``(a+)+$`` stop at ``budget_s``; after a hit the scan jumps to the next
+        Bounded in time: each search gets the budget left as the ``regex`` timeout, so catastrophic patterns like ``(a+)+$`` stop at ``budget_s``; after a hit the scan jumps to the next
         chunk, so one chunk gives one hit.
         """
         deadline, hits, at = time.perf_counter() + budget_s, [], 0
@@ -348,8 +349,11 @@ class Corpus:
             left = deadline - time.perf_counter()
             if left <= 0:
                 return hits, False
+            # Only `regex` patterns take a timeout; a stdlib `re` pattern is checked against the deadline between
+            # searches only (the environment refuses the risky shapes for it).
+            timeout = {"timeout": left} if "regex" in type(pattern).__module__ else {}
             try:
-                m = pattern.search(self._blob, at, timeout=left)
+                m = pattern.search(self._blob, at, **timeout)
             except TimeoutError:
                 return hits, False
             if m is None:
@@ -362,6 +366,36 @@ class Corpus:
         return hits, True
 
 
+def first_sentence(paragraph: str, max_words: int = 40) -> str:
+    """The first sentence of a paragraph, whitespace collapsed.
+
+    >>> first_sentence("Serialize ``obj`` to a JSON formatted ``str``.  If ``skipkeys`` is true ...")
+    'Serialize ``obj`` to a JSON formatted ``str``.'
+    """
+    flat = " ".join(paragraph.split())
+    return " ".join(re.split(r"(?<=[.!?])\s+(?=[A-Z(`'\"])", flat, maxsplit=1)[0].split()[:max_words])
+
+
+def statements(corpus: Corpus) -> list[tuple[int, str, str]]:
+    """``(chunk index, kind, sentence)`` candidates for task facts: the first sentence of each stdlib function,
+    class or method docstring, and of the first prose paragraph of each language-reference topic chunk."""
+    out = []
+    for i, (cid, title, text) in enumerate(zip(corpus.ids, corpus.titles, corpus.texts)):
+        source = corpus.sources[i]
+        if source == "stdlib" and cid.endswith("#0") and not title.endswith("(module)"):
+            kind = title.rsplit("(", 1)[-1].rstrip(")")
+            paras = _paragraphs(text)[1:2]  # paragraph 0 is the signature line
+        elif source == "topics":
+            kind = "passage"
+            paras = [p for p in _paragraphs(text) if not p[0].isspace() and "::=" not in p
+                     and not re.search(r"\n[*=~\-^]{3,}\s*$", p)][:1]
+        else:
+            continue
+        if paras and 6 <= len((sentence := first_sentence(paras[0])).split()) <= 40:
+            out.append((i, kind, sentence))
+    return out
+
+
 def build(corpus: str = "default", root: Path | None = None) -> Corpus:
     """Open (or build) the cached corpus ``corpus`` under ``root`` (default ``cache_dir()/doc_search``)."""
     folder = Path(root or cache_dir() / "doc_search") / corpus
@@ -369,7 +403,7 @@ def build(corpus: str = "default", root: Path | None = None) -> Corpus:
     t0 = time.perf_counter()
     rows = open_store(folder / "chunks.sqlite", stamp,
                       lambda: [c for fn, _ in sources(corpus).values() for c in fn()])
-    docs = lambda: ({"id": r[0], "title": r[1], "body": r[2]} for r in rows)  # noqa: E731
+    docs = lambda: ({"id": r[0], "title": r[1], "body": r[2]} for r in rows)
     index = SearchIndex.open_or_build(folder / "index", stamp, docs)
     return Corpus(corpus, rows, index, build_s=time.perf_counter() - t0)
 

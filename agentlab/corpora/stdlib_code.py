@@ -1,8 +1,9 @@
 """The ``code_search`` corpus: every public function, method and class of this Python's standard library.
 
-Parsed with :mod:`ast` (nothing is imported, so no module side effects) from ``sysconfig.get_paths()['stdlib']``
-and cached as one SQLite table under ``cache_dir()/code_search/``. The cache carries a fingerprint (builder
-version + Python version + stdlib path); a different Python or a new builder version rebuilds it.
+Parsed with :mod:`ast` (nothing is imported, so no module side effects) from
+``sysconfig.get_paths()['stdlib']`` and cached as one SQLite table under ``cache_dir()/code_search/``. The
+cache carries a fingerprint (builder version + Python version + stdlib path); a different Python or a new
+builder version rebuilds it.
 
     >>> from agentlab.corpora.stdlib_code import corpus_path, open_corpus
     >>> db = open_corpus()                                        # builds on first use (a few seconds)
@@ -22,9 +23,9 @@ What is left out, and why:
 from __future__ import annotations
 
 import ast
-import re
 import os
 import platform
+import re
 import sqlite3
 import sys
 import sysconfig
@@ -38,7 +39,7 @@ from agentlab.search import words
 
 BUILDER_VERSION = 1
 SKIP_DIRS = {"test", "tests", "idlelib", "lib2to3", "turtledemo", "ensurepip", "site-packages", "__pycache__"}
-# Sources are stored capped: read_repo shows ~1,500 characters, and a few classes (tkinter.Misc) run to 100 kB.
+# Sources are stored capped: read_repo shows ~1,500 characters and a few classes (tkinter.Misc) run to 100 kB
 SOURCE_CAP = 8_000
 COLUMNS = ("name", "kind", "module", "signature", "doc", "source", "file", "line")
 
@@ -62,12 +63,12 @@ def module_files(root: Path) -> Iterator[tuple[str, Path]]:
     for dirpath, dirnames, filenames in os.walk(root):
         rel = Path(dirpath).relative_to(root)
         # Packages must be importable (no dashes: config-3.11-x86_64-linux-gnu) and public.
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and d.isidentifier() and not d.startswith("_"))
+        dirnames[:] = sorted(d for d in dirnames
+                             if d not in SKIP_DIRS and d.isidentifier() and not d.startswith("_"))
         for fname in sorted(filenames):
             stem = fname[:-3]
-            if not fname.endswith(".py") or stem == "__main__" or (stem.startswith("_") and stem != "__init__"):
-                continue
-            if not stem.isidentifier():
+            private = stem.startswith("_") and stem != "__init__"
+            if not fname.endswith(".py") or stem == "__main__" or private or not stem.isidentifier():
                 continue
             parts = list(rel.parts) + ([] if stem == "__init__" else [stem])
             if parts:
@@ -109,7 +110,7 @@ def parse_module(module: str, path: Path, root: Path) -> Iterator[dict]:
     tree = ast.parse(text, filename=str(path))
     lines = text.splitlines()
     for qualname, kind, node in _definitions(tree.body, module, in_class=False):
-        start = node.lineno  # the def line itself; decorators are left out so the source opens on the signature
+        start = node.lineno  # the def line: decorators are left out so the source opens on the signature
         source = "\n".join(lines[start - 1:node.end_lineno])
         yield {
             "name": qualname, "kind": kind, "module": module, "signature": _signature(node),
@@ -171,9 +172,9 @@ def ensure_corpus(path: Path | None = None, root: Path | None = None) -> Path:
     return path
 
 
-def open_corpus(path: Path | None = None) -> sqlite3.Connection:
-    """A read-only connection to the (ensured) corpus."""
-    path = ensure_corpus(path)
+def open_corpus(path: Path | None = None, root: Path | None = None) -> sqlite3.Connection:
+    """A read-only connection to the corpus of ``root``, (re)built first if needed."""
+    path = ensure_corpus(path, root)
     return sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
 
 
@@ -183,7 +184,7 @@ def iter_defs(db: sqlite3.Connection) -> Iterator[dict]:
         yield dict(zip(COLUMNS, row))
 
 
-# -- docstring text helpers (search summaries, masked question clues) --------------------------------------------
+# -- docstring text helpers (search summaries, masked question clues) ----------------------------------------
 
 def summary(doc: str, signature: str, limit: int = 100) -> str:
     """The docstring's first paragraph on one line (or the signature), cut to ``limit`` characters."""
@@ -207,8 +208,10 @@ def _gives_away(token: str, shorts: list[str], parts: set[str]) -> bool:
 def mask_names(text: str, names: list[str]) -> tuple[str, int]:
     """Replace every token that gives a name away by "…"; returns the text and how many tokens were hidden.
 
-    >>> mask_names("Decode a JSON document; see JSONDecoder.decode.", ["json.decoder.JSONDecoder.decode"])
-    ('… a JSON document; see JSONDecoder.….', 1)
+    Tokens that merely contain the name go too (``JSONDecoder`` for ``decode``): they would spell it out.
+
+    >>> mask_names("Decode a JSON document, as JSONDecoder.decode does.", ["json.decoder.JSONDecoder.decode"])
+    ('… a JSON document, as ….… does.', 3)
     """
     shorts, parts = _name_parts(names)
     hidden = 0

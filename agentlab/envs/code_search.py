@@ -7,6 +7,7 @@ names such as ``json.decoder.JSONDecoder.decode``. Knobs: ``n_functions`` (1–3
 answer is all of them) and ``distractors`` (prefer definitions whose BM25 neighbours score close to them).
 
     >>> from agentlab.envs import load
+    >>> from agentlab.types import run_policy
     >>> spec = load("code_search")
     >>> task = spec.make_tasks("test", 1, seed=0)[0]
     >>> outcome, calls = run_policy(spec, task, spec.expert)
@@ -17,6 +18,7 @@ answer is all of them) and ``distractors`` (prefer definitions whose BM25 neighb
 from __future__ import annotations
 
 import hashlib
+import platform
 import re
 import sqlite3
 from collections import Counter
@@ -109,7 +111,8 @@ class CodeSearchEnv(ToolEnv):
 
         Args:
             keywords: Words describing what the code does or what it is called, for example
-                "parse json document into python object". Names are split, so "readline" and "read line" both match.
+                "parse json document into python object". Names are split into words, so "readline" and
+                "read line" both match.
 
         Returns:
             Up to 10 hits, best first, one per line: qualified name, kind and a one-line summary.
@@ -121,13 +124,14 @@ class CodeSearchEnv(ToolEnv):
         if refusal := self._guard():
             return refusal
         if not isinstance(keywords, str) or not words(keywords[:2000]):
-            return self._error("keywords must be a non-empty string of words, e.g. search_repo(keywords='json decode').")
+            return self._error("keywords must be a non-empty string of words, "
+                               "e.g. search_repo(keywords='json decode').")
         store = _store()
         hits = [name for name, _ in store.search(keywords)]
         if not hits:
             return "No definitions match those keywords; try other words."
-        rows = {r[0]: r for r in store.rows(
-            f"SELECT name, kind, signature, doc FROM defs WHERE name IN ({', '.join('?' * len(hits))})", tuple(hits))}
+        sql = f"SELECT name, kind, signature, doc FROM defs WHERE name IN ({', '.join('?' * len(hits))})"
+        rows = {r[0]: r for r in store.rows(sql, tuple(hits))}
         self._record(hits)
         return "\n".join(f"{n} ({rows[n][1]}) — {summary(rows[n][3], rows[n][2])}" for n in hits if n in rows)
 
@@ -135,13 +139,15 @@ class CodeSearchEnv(ToolEnv):
         """Read one definition in full: where it is, its signature, docstring and source code.
 
         Args:
-            name: The qualified name exactly as search_repo shows it, for example "json.decoder.JSONDecoder.decode".
+            name: The qualified name exactly as search_repo shows it, for example
+                "json.decoder.JSONDecoder.decode".
 
         Returns:
             A header (name, kind, file and line) and the source; long definitions end with "[truncated]".
 
         Example:
-            read_repo(name="json.dumps") -> "json.dumps (function) — json/__init__.py, line 183\\ndef dumps(obj, *, …"
+            read_repo(name="json.dumps") ->
+            "json.dumps (function) — json/__init__.py, line 183\\ndef dumps(obj, *, skipkeys=False, …"
         """
         if refusal := self._guard():
             return refusal
@@ -150,7 +156,8 @@ class CodeSearchEnv(ToolEnv):
         wanted = (_names(name[:MAX_NAME_CHARS]) or [""])[0]
         found = _store().rows("SELECT kind, file, line, source FROM defs WHERE name = ?", (wanted,))
         if len(name) > MAX_NAME_CHARS or not found:
-            return self._error(f"no definition named {name[:80]!r}; use a qualified name from search_repo's results.")
+            return self._error(f"no definition named {name[:80]!r}; "
+                               "use a qualified name from search_repo's results.")
         kind, file, line, source = found[0]
         self._record([wanted])
         text = f"{wanted} ({kind}) — {file}, line {line}\n{source}"
@@ -169,7 +176,8 @@ class CodeSearchEnv(ToolEnv):
         if refusal := self._guard():
             return refusal
         if not isinstance(answer, str) or not _names(answer[:5000]):
-            return self._error("answer must name at least one qualified name, e.g. return_answer(answer='json.dumps').")
+            return self._error("answer must name at least one qualified name, "
+                               "e.g. return_answer(answer='json.dumps').")
         names = _names(answer[:5000])
         if len(names) > MAX_ANSWER_NAMES:
             return self._error(f"name at most {MAX_ANSWER_NAMES} definitions; got {len(names)}.")
@@ -178,7 +186,7 @@ class CodeSearchEnv(ToolEnv):
         return f"Answer recorded: {', '.join(names)}."
 
 
-# -- tasks ------------------------------------------------------------------------------------------------------
+# -- tasks ---------------------------------------------------------------------------------------------------
 
 def _split_of(name: str) -> str:
     bucket = int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) % 100
@@ -189,12 +197,13 @@ def _split_of(name: str) -> str:
 def _candidates(root: str) -> dict[str, tuple[tuple[str, str, str], ...]]:
     """Per split: ``(name, kind, clue)`` of every definition a question can be written from, sorted by name.
 
-    A docstring (or masked clue) shared by several definitions — inherited copies, twins like posixpath/ntpath —
-    is dropped for all of them, so each question has exactly one answer.
+    A docstring (or masked clue) shared by several definitions (inherited copies, twins like posixpath and
+    ntpath) is dropped for all of them, so each question has exactly one answer.
     """
     rows = _open_store(root).rows("SELECT name, kind, doc FROM defs WHERE doc != '' ORDER BY name")
     paras = Counter(" ".join(doc.split("\n\n")[0].split()).lower() for _, _, doc in rows)
-    clued = [(n, k, docstring_clue(d, n)) for n, k, d in rows if paras[" ".join(d.split("\n\n")[0].split()).lower()] == 1]
+    clued = [(n, k, docstring_clue(d, n)) for n, k, d in rows
+             if paras[" ".join(d.split("\n\n")[0].split()).lower()] == 1]
     clue_counts = Counter(c.lower() for _, _, c in clued if c)
     out: dict[str, list] = {s: [] for s in SPLIT_PERCENT}
     for n, k, c in clued:
@@ -204,14 +213,15 @@ def _candidates(root: str) -> dict[str, tuple[tuple[str, str, str], ...]]:
 
 
 def _closeness(store: _Store, name: str, clue: str) -> float:
-    """Best other BM25 score / the answer's score for the clue as a query (2.0 when the answer is not in the top 10)."""
+    """Best other BM25 score / the answer's, the clue as query (2.0: the answer is not in the top 10)."""
     hits = dict(store.search(clue))
     others = [s for n, s in hits.items() if n != name]
     return (max(others, default=0.0) / hits[name]) if name in hits else 2.0
 
 
-def make_tasks(split: str, n: int, seed: int = 0, n_functions: int = 1, distractors: bool = False) -> list[Task]:
-    """``n`` questions from ``split``; the same arguments always give the same tasks (for this Python version).
+def make_tasks(split: str, n: int, seed: int = 0, n_functions: int = 1,
+               distractors: bool = False) -> list[Task]:
+    """``n`` questions from ``split``; the same arguments give the same tasks (on the same Python version).
 
     ``n_functions`` (1–3): definitions per question, preferably from one module. ``distractors``: draw 4n
     candidates and keep the n whose nearest BM25 neighbour scores closest to them.
@@ -224,17 +234,17 @@ def make_tasks(split: str, n: int, seed: int = 0, n_functions: int = 1, distract
     if n > len(pool):
         raise ValueError(f"split {split!r} has only {len(pool)} candidate definitions; asked for {n}")
     rng = seeded_rng("code_search-tasks", split, seed, n_functions, distractors)
-    primaries = rng.sample(pool, min(len(pool), 4 * n) if distractors else n)
+    order = rng.sample(pool, len(pool))
     if distractors:
         store = _store()
-        primaries = sorted(primaries, key=lambda c: (-_closeness(store, c[0], c[2]), c[0]))[:n]
-    by_module: dict[str, list] = {}
+        order[:4 * n] = sorted(order[:4 * n], key=lambda c: (-_closeness(store, c[0], c[2]), c[0]))
+    by_package: dict[str, list] = {}
     for cand in pool:
-        by_module.setdefault(cand[0].rsplit(".", 1)[0].split(".")[0], []).append(cand)
+        by_package.setdefault(cand[0].split(".")[0], []).append(cand)
     tasks = []
-    for first in primaries:
+    for first in order:
         group = [first]
-        for source in (by_module[first[0].split(".")[0]], pool):
+        for source in (by_package[first[0].split(".")[0]], pool) if n_functions > 1 else ():
             others = [c for c in source if c not in group]
             while len(group) < n_functions and others:
                 group.append(others.pop(rng.randrange(len(others))))
@@ -243,15 +253,19 @@ def make_tasks(split: str, n: int, seed: int = 0, n_functions: int = 1, distract
         if n_functions == 1:
             question = rng.choice(TEMPLATES).format(kind=first[1], clue=clues[0])
         else:
-            question = MULTI.format(items="\n".join(f"{i}. A {c[1]}: {clue}" for i, (c, clue) in
-                                                    enumerate(zip(group, clues), 1)))
+            items = [f"{i}. A {c[1]}: {clue}" for i, (c, clue) in enumerate(zip(group, clues), 1)]
+            question = MULTI.format(items="\n".join(items))
+        if leaks_name(question, names):  # a template word can be a name ("Name all …" for a method `name`)
+            continue
         tasks.append(Task(id=f"code_search-{split}-{'+'.join(names)}", env="code_search", question=question,
                           answer={"names": names}, difficulty=n_functions + int(distractors),
-                          meta={"clues": clues, "python": stdlib_code.fingerprint().split()[3]}))
+                          meta={"clues": clues, "python": platform.python_version()}))
+        if len(tasks) == n:
+            break
     return tasks
 
 
-# -- verifier, reward, policies --------------------------------------------------------------------------------
+# -- verifier, reward, policies ------------------------------------------------------------------------------
 
 def evaluate(task: Task, outcome: Outcome) -> dict:
     """Success: every reference name is in the answer (names compared exactly, formatting stripped)."""
@@ -303,5 +317,6 @@ def audit_keys(task: Task) -> dict[str, list[str]]:
 SPEC = EnvSpec(
     name="code_search", env_class=CodeSearchEnv, make_tasks=make_tasks, evaluate=evaluate, reward=reward,
     expert=expert, random_policy=random_policy, audit_keys=audit_keys,
-    description="Python stdlib source: search and read definitions, answer the qualified name(s) a question describes.",
+    description="Python stdlib source: search and read definitions, answer the qualified names a question "
+                "describes.",
 )

@@ -19,15 +19,14 @@ from functools import lru_cache
 
 from agentlab.types import EnvSpec, Outcome, Task, ToolCall, ToolEnv, seeded_rng
 
-FIRST = "Ada Bram Cora Dag Edda Finn Greta Hugo Ines Jon Kaia Lars Mira Nils Olga Per Rana Sven Tove Ulf".split()
-LAST = ("Vell Morn Strand Ekholm Dahl Brekke Lunde Falk Hovd Aas Rud Sand Berg Lien Moe Haug Vik Nes Bakke "
-        "Holm Lie Tveit Fossum Eide Myhre Solberg Kvam Ness Grov Ruud").split()
+FIRST = ["Ada", "Bram", "Cora", "Dag", "Edda", "Finn", "Greta", "Hugo", "Ines", "Jon", "Kaia", "Lars", "Mira", "Nils", "Olga", "Per", "Rana", "Sven", "Tove", "Ulf"]
+LAST = ["Vell", "Morn", "Strand", "Ekholm", "Dahl", "Brekke", "Lunde", "Falk", "Hovd", "Aas", "Rud", "Sand", "Berg", "Lien", "Moe", "Haug", "Vik", "Nes", "Bakke", "Holm", "Lie", "Tveit", "Fossum", "Eide", "Myhre", "Solberg", "Kvam", "Ness", "Grov", "Ruud"]
 ATTRIBUTES = {
-    "city": "Oslo Bergen Tromso Lisbon Porto Lyon Nantes Graz Ghent Turku Tartu Cork Bilbao Split Krakow".split(),
-    "job": "baker nurse pilot welder teacher farmer chemist tailor plumber librarian surveyor potter".split(),
-    "pet": "cat dog parrot rabbit tortoise hamster goldfish ferret canary lizard".split(),
-    "sport": "chess rowing tennis climbing judo cycling fencing curling archery skiing".split(),
-    "colour": "red blue green amber violet teal ochre crimson indigo silver".split(),
+    "city": ["Oslo", "Bergen", "Tromso", "Lisbon", "Porto", "Lyon", "Nantes", "Graz", "Ghent", "Turku", "Tartu", "Cork", "Bilbao", "Split", "Krakow"],
+    "job": ["baker", "nurse", "pilot", "welder", "teacher", "farmer", "chemist", "tailor", "plumber", "librarian", "surveyor", "potter"],
+    "pet": ["cat", "dog", "parrot", "rabbit", "tortoise", "hamster", "goldfish", "ferret", "canary", "lizard"],
+    "sport": ["chess", "rowing", "tennis", "climbing", "judo", "cycling", "fencing", "curling", "archery", "skiing"],
+    "colour": ["red", "blue", "green", "amber", "violet", "teal", "ochre", "crimson", "indigo", "silver"],
 }
 QUESTIONS = {
     "city": "In which city does {name} live?",
@@ -38,7 +37,7 @@ QUESTIONS = {
 }
 N_PEOPLE = 600
 # People are split by index so no person appears in two splits (the audit checks it too).
-SPLITS = {"train": range(0, 360), "validation": range(360, 420), "test": range(420, 600)}
+SPLITS = {"train": range(360), "validation": range(360, 420), "test": range(420, 600)}
 SYSTEM_PROMPT = (
     "You are a careful assistant with access to a people directory. Search the directory for the person "
     "named in the question, read their record, then call `answer` with the exact value from the record."

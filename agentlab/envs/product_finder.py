@@ -23,7 +23,7 @@ import math
 import re
 from functools import lru_cache
 
-from agentlab.corpora.catalog import COLOURS, TYPES, ProductIndex, index, satisfies, terms
+from agentlab.corpora.catalog import TYPES, ProductIndex, index, satisfies, terms
 from agentlab.types import EnvSpec, InfraError, Outcome, Task, ToolCall, ToolEnv, seeded_rng
 
 # Products (by id) and queries (by text) both hash to a split; a task is kept only when the two agree, so no
@@ -87,8 +87,6 @@ class ProductFinderEnv(ToolEnv):
         """
         if refusal := self._guard():
             return refusal
-        if query is None:
-            query = ""
         texts = {"query": query, "category": category, "brand": brand, "colour": colour}
         for key, value in texts.items():
             if value is not None and not isinstance(value, str):
@@ -255,7 +253,7 @@ def reward(task: Task, outcome: Outcome) -> float:
 
 
 def _parse_view(text: str) -> dict:
-    attrs = dict(re.findall(r"^(\w+): (.*)$", text, re.M))
+    attrs = dict(re.findall(r"^(\w+): (.*)$", text, re.MULTILINE))
     for key in ("price", "rating"):
         attrs[key] = float(attrs.get(key, "nan").lstrip("$"))
     return attrs
@@ -268,7 +266,7 @@ def expert(task: Task):
     result = yield ToolCall("search_products", {
         "query": query, "category": CATEGORY_OF.get(c["type"], ""), "brand": c.get("brand", ""),
         "colour": c.get("colour", ""), "max_price": c.get("max_price", 0), "min_rating": c.get("min_rating", 0)})
-    ids = re.findall(r"^(P\d+) \|", result, re.M)
+    ids = re.findall(r"^(P\d+) \|", result, re.MULTILINE)
     for pid in ids:
         view = yield ToolCall("view_product", {"product_id": pid})
         if satisfies(_parse_view(view), c):
@@ -280,7 +278,7 @@ def expert(task: Task):
 def random_policy(task: Task):
     rng = seeded_rng("product_finder-random", task.id)
     result = yield ToolCall("search_products", {"query": rng.choice(rng.choice(list(TYPES.values())))})
-    ids = re.findall(r"^(P\d+) \|", result, re.M) or ["P00000"]
+    ids = re.findall(r"^(P\d+) \|", result, re.MULTILINE) or ["P00000"]
     yield ToolCall("recommend", {"product_id": rng.choice(ids)})
 
 

@@ -1,0 +1,122 @@
+"""Run folders: ``runs/<name>/`` holds ``config.json``, ``metrics.jsonl``, ``rollouts.jsonl``, checkpoints, evals.
+
+Runs write files; analysis reads files. Every JSONL file is append-only with one object a line, flushed per
+record, so a ``kill -9`` loses at most the line being written; ``read_jsonl`` skips (and counts) a torn last line
+and ``truncate_after(step)`` drops records newer than the checkpoint a resumed run restarts from, so a resumed
+run has no duplicated and no missing lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+
+from agentlab.paths import runs_dir
+
+
+class RunExistsError(RuntimeError):
+    """A finished run would be overwritten."""
+
+
+def read_jsonl(path: str | Path) -> tuple[list[dict], int]:
+    """Parse a JSONL file line by line; return ``(records, n_torn)`` where torn lines (a crash mid-write) are
+    skipped rather than raised."""
+    records, torn = [], 0
+    path = Path(path)
+    if not path.exists():
+        return records, torn
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            torn += 1
+    return records, torn
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+class RunDir:
+    """One run folder. ``RunDir("quickstart")`` lives under ``runs_dir()``; a path works too."""
+
+    def __init__(self, name_or_path: str | Path, root: str | Path | None = None):
+        p = Path(name_or_path)
+        self.path = p if (p.is_absolute() or len(p.parts) > 1) else Path(root or runs_dir()) / p
+        self.name = self.path.name
+
+    # files
+    config_file = property(lambda self: self.path / "config.json")
+    metrics_file = property(lambda self: self.path / "metrics.jsonl")
+    rollouts_file = property(lambda self: self.path / "rollouts.jsonl")
+    evals_dir = property(lambda self: self.path / "evals")
+    done_file = property(lambda self: self.path / "DONE")
+
+    @property
+    def finished(self) -> bool:
+        return self.done_file.exists()
+
+    def prepare(self, config, overwrite: bool = False) -> None:
+        """Create the folder and write ``config.json``; refuse a finished run, or a different config, unless
+        ``overwrite``."""
+        cfg = asdict(config) if is_dataclass(config) else dict(config)
+        if self.path.exists() and overwrite:
+            import shutil
+
+            shutil.rmtree(self.path)
+        if self.finished:
+            raise RunExistsError(f"run {self.path} is finished; pass --overwrite to start it again, or pick "
+                                 f"another --name")
+        if self.config_file.exists():
+            old = json.loads(self.config_file.read_text())
+            if old != json.loads(json.dumps(cfg)):
+                changed = sorted(k for k in set(old) | set(cfg) if old.get(k) != cfg.get(k))
+                raise RunExistsError(f"run {self.path} exists with a different config ({', '.join(changed)}); "
+                                     f"resume it with the same settings, or pass --overwrite")
+        self.path.mkdir(parents=True, exist_ok=True)
+        _atomic_write(self.config_file, json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+    def append(self, file: Path, record: dict | str) -> None:
+        line = record if isinstance(record, str) else json.dumps(record, sort_keys=True)
+        with open(file, "a") as fh:
+            fh.write(line.rstrip("\n") + "\n")
+            fh.flush()
+
+    def metrics(self) -> list[dict]:
+        return read_jsonl(self.metrics_file)[0]
+
+    def truncate_after(self, step: int) -> None:
+        """Keep only records with ``step <= step`` (and drop torn lines) in metrics and rollouts."""
+        for file in (self.metrics_file, self.rollouts_file):
+            if not file.exists():
+                continue
+            records, _ = read_jsonl(file)
+            kept = [r for r in records if (r.get("step") or 0) <= step]
+            _atomic_write(file, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+
+    def mark_finished(self, summary: dict) -> None:
+        _atomic_write(self.done_file, json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+    def write_json(self, relative: str, data: dict) -> Path:
+        path = self.path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+        return path
+
+    def read_json(self, relative: str) -> dict | None:
+        path = self.path / relative
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def checkpoints(self) -> list[Path]:
+        """Trainer checkpoints, oldest first (only complete ones: those with a trainer_state.json)."""
+        root = self.path / "checkpoints"
+        found = [p for p in root.glob("checkpoint-*") if (p / "trainer_state.json").exists()]
+        return sorted(found, key=lambda p: int(p.name.split("-")[1]))

@@ -1,0 +1,348 @@
+"""SFT warm start and LoRA GRPO on TRL, with our agent loop as GRPOTrainer's rollout.
+
+    from agentlab.train import Experiment, run_sft, run_grpo
+    exp = Experiment(name="demo", env="lookup", steps=10)
+    adapter = run_sft(exp, demos)            # TRL SFTTrainer, LoRA, assistant-only loss
+    run_grpo(exp, train_tasks, eval_tasks, init_adapter=adapter)
+
+Why a ``rollout_func`` instead of TRL's ``environment_factory``: TRL's tool loop keeps generating after the
+final-answer tool and knows nothing of turn budgets, infra retries or our episode records; plugging
+``agentlab.rollout.run_episodes`` in as the rollout makes training and evaluation run the *same* loop (the
+tokens are identical to TRL's own loop: ``tests/test_rollout.py``). TRL still does everything else: the GRPO
+loss, advantages, optimiser, checkpoints, resume, logging.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from agentlab.rollout import LoopConfig, Renderer, run_episodes
+from agentlab.runs import RunDir
+from agentlab.types import Episode, Task
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One GRPO experiment; CPU defaults. Saved as ``config.json`` in the run folder."""
+
+    name: str = "grpo"
+    model: str = "smollm2-135m"
+    env: str = "lookup"
+    lr: float = 2e-4
+    groups_per_step: int = 2      # prompts per optimiser step
+    group_size: int = 4           # rollouts per prompt (GRPO's G)
+    max_turns: int = 3
+    max_new_tokens: int = 64      # per turn
+    max_context: int = 1024
+    beta: float = 0.0             # KL to the reference; 0 skips the reference forward entirely
+    temperature: float = 0.7
+    steps: int = 10
+    eval_every: int = 5           # checkpoint + held-out eval every K steps
+    eval_tasks: int = 48
+    lora_r: int = 16
+    seed: int = 0
+    report_to: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        from agentlab.envs import names
+
+        errors = []
+        if self.env not in names():
+            errors.append(f"env={self.env!r} is unknown; expected one of {names()}")
+        if not self.lr > 0:
+            errors.append(f"lr={self.lr} must be > 0")
+        if self.group_size < 2:
+            errors.append(f"group_size={self.group_size} must be >= 2 (GRPO compares rollouts within a group)")
+        for name in ("groups_per_step", "max_turns", "max_new_tokens", "steps", "eval_every", "lora_r"):
+            if getattr(self, name) < 1:
+                errors.append(f"{name}={getattr(self, name)} must be >= 1")
+        if self.beta < 0 or self.temperature <= 0:
+            errors.append(f"beta={self.beta} must be >= 0 and temperature={self.temperature} > 0")
+        bad = set(self.report_to) - {"wandb", "trackio"}
+        if bad:
+            errors.append(f"report_to={sorted(bad)} unknown; expected wandb and/or trackio")
+        if errors:
+            raise ValueError("bad experiment config: " + "; ".join(errors))
+
+    def loop(self) -> LoopConfig:
+        return LoopConfig(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
+                          max_context=self.max_context, temperature=self.temperature,
+                          batch_size=self.groups_per_step * self.group_size)
+
+
+@dataclass(frozen=True)
+class SFTSettings:
+    """SFT warm start on scripted demonstrations (defaults finish in a few minutes on 2 cores)."""
+
+    steps: int = 8
+    batch_size: int = 2
+    lr: float = 1e-3
+    lora_r: int = 16
+    seed: int = 0
+
+
+def lora_config(r: int):
+    from peft import LoraConfig
+
+    return LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
+
+
+def _threads() -> None:
+    import os
+
+    import torch
+
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
+
+
+# -- SFT ------------------------------------------------------------------------------------------------------------
+
+
+def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSettings = SFTSettings(),
+            report_to: tuple[str, ...] = ()) -> Path:
+    """LoRA SFT with TRL's SFTTrainer, loss on assistant tokens only (prompts and tool results masked)."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from agentlab.models import load_policy
+
+    if not demos:
+        raise ValueError("no demonstrations to train on")
+    _threads()
+    from agentlab.synth import tokenize_demos
+
+    model, tok = load_policy(model_name)
+    rows = tokenize_demos(demos, tok)
+    args = SFTConfig(
+        output_dir=str(out_dir / "trainer"), max_steps=settings.steps, per_device_train_batch_size=settings.batch_size,
+        learning_rate=settings.lr, lr_scheduler_type="constant", warmup_steps=0, logging_steps=1,
+        # Our pre-tokenized rows carry ``assistant_masks``, which SFTTrainer always applies: assistant-only loss.
+        assistant_only_loss=False, save_strategy="no", report_to=list(report_to), seed=settings.seed,
+        use_cpu=not _cuda(), gradient_checkpointing=False, max_length=2048, dataloader_num_workers=0,
+        disable_tqdm=False, bf16=_cuda())
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
+                         peft_config=lora_config(settings.lora_r))
+    t0 = time.time()
+    trainer.train()
+    adapter = out_dir / "adapter"
+    trainer.model.save_pretrained(adapter)
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    (out_dir / "sft_summary.json").write_text(json.dumps(
+        {"steps": settings.steps, "demos": len(demos), "seconds": time.time() - t0, "loss_first": losses[0],
+         "loss_last": losses[-1], "settings": asdict(settings)}, indent=2))
+    return adapter
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# -- GRPO -----------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _StepStats:
+    """What the rollout of the current step saw, merged into that step's metrics line."""
+
+    episodes: list[Episode] = field(default_factory=list)
+    generate_s: float = 0.0
+
+
+def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: RunDir, stats: _StepStats):
+    """A TRL ``rollout_func`` that runs our agent loop for the batch's prompts (G consecutive copies each)."""
+    by_question = {t.question: t for t in tasks}
+    config = exp.loop()
+
+    def rollout(prompts: list, trainer) -> dict:
+        import torch
+
+        questions = [p[-1]["content"] for p in prompts]
+        unique = list(dict.fromkeys(questions))
+        samples = len(questions) // len(unique)
+        if [q for q in unique for _ in range(samples)] != questions:
+            raise RuntimeError("expected each prompt repeated group_size times in a row (TRL's RepeatSampler)")
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        was_training = model.training
+        model.eval()
+        step = trainer.state.global_step + 1
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            episodes = run_episodes(model, tokenizer, spec, [by_question[q] for q in unique], samples=samples,
+                                    config=config, seed=exp.seed * 100_003 + step, progress=False, step=step,
+                                    model_id=exp.model, config_id=exp.name)
+        stats.generate_s = time.perf_counter() - t0
+        if was_training:
+            model.train()
+        for ep in episodes:  # group index unique per step: (step, group)
+            run.append(run.rollouts_file, ep.to_json())
+        stats.episodes = episodes
+        return {
+            "prompt_ids": [ep.tokens["prompt_ids"] for ep in episodes],
+            "completion_ids": [ep.tokens["completion_ids"] for ep in episodes],
+            "logprobs": None,
+            "env_mask": [ep.tokens["mask"] for ep in episodes],
+            "agentlab_reward": [ep.reward for ep in episodes],
+        }
+
+    return rollout
+
+
+def agentlab_reward(prompts, completions, agentlab_reward, **kwargs) -> list[float]:
+    """The episode reward computed by the environment inside our loop (TRL reward-function signature)."""
+    return list(agentlab_reward)
+
+
+def step_metrics(episodes: list[Episode], group_size: int) -> dict:
+    """Our per-step metrics from the step's episodes (TRL adds loss, entropy, KL, grad norm)."""
+    import statistics
+
+    rewards = [ep.reward for ep in episodes]
+    groups = [rewards[i:i + group_size] for i in range(0, len(rewards), group_size)]
+    turns = [len(ep.turns) for ep in episodes]
+    calls = sum(len(t.tool_calls) for ep in episodes for t in ep.turns)
+    return {
+        "reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards),
+        "success_mean": statistics.fmean(ep.success for ep in episodes),
+        "zero_variance_groups": sum(max(g) == min(g) for g in groups) / len(groups),
+        "valid_rollouts": sum(ep.exit_reason == "final_answer" for ep in episodes) / len(episodes),
+        "turns_mean": statistics.fmean(turns),
+        "generated_tokens_mean": statistics.fmean(sum(t.n_generated for t in ep.turns) for ep in episodes),
+        "off_form_calls": sum(t.off_form for ep in episodes for t in ep.turns),
+        "tool_calls": calls,
+        "tool_failures": sum(c["error"] is not None for ep in episodes for t in ep.turns for c in t.tool_calls),
+        "infra_failures": sum(ep.failure == "infra" for ep in episodes),
+    }
+
+
+def grpo_config(exp: Experiment, output_dir: Path, **overrides):
+    """The GRPOConfig our experiment maps to (also used by the GPU recipe with vLLM/bf16 overrides)."""
+    from trl import GRPOConfig
+
+    batch = exp.groups_per_step * exp.group_size
+    kwargs = dict(
+        output_dir=str(output_dir), max_steps=exp.steps, learning_rate=exp.lr, lr_scheduler_type="constant",
+        warmup_steps=0, per_device_train_batch_size=batch, gradient_accumulation_steps=1,
+        num_generations=exp.group_size, beta=exp.beta, temperature=exp.temperature,
+        max_completion_length=exp.max_context, logging_steps=1, save_strategy="steps", save_steps=exp.eval_every,
+        report_to=list(exp.report_to), seed=exp.seed, use_cpu=not _cuda(), bf16=_cuda(),
+        # On CPU with a 135M model memory is plentiful and recomputation costs ~30% of the step: off.
+        gradient_checkpointing=False, dataloader_num_workers=0, shuffle_dataset=True, disable_tqdm=False,
+        log_completions=False, save_only_model=False,
+    )
+    kwargs.update(overrides)
+    return GRPOConfig(**kwargs)
+
+
+def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], init_adapter: str | Path | None = None,
+             run: RunDir | None = None, overwrite: bool = False) -> RunDir:
+    """Train with GRPO; resume from the last checkpoint when the run folder has one."""
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOTrainer
+
+    from agentlab.envs import load
+    from agentlab.models import load_policy
+
+    if init_adapter is not None and not (Path(init_adapter) / "adapter_config.json").exists():
+        raise FileNotFoundError(f"init adapter {init_adapter} has no adapter_config.json")
+    spec = load(exp.env)
+    run = run or RunDir(exp.name)
+    run.prepare({**asdict(exp), "init_adapter": str(init_adapter) if init_adapter else None}, overwrite=overwrite)
+    _threads()
+    checkpoints = run.checkpoints()
+    resume = str(checkpoints[-1]) if checkpoints else None
+    if resume:
+        run.truncate_after(int(resume.rsplit("-", 1)[1]))
+
+    model, tok = load_policy(exp.model)
+    if init_adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(init_adapter), is_trainable=True)
+    renderer = Renderer(tok, spec.env_class)
+    rows = [{"prompt": renderer.messages(t), "task": t.to_json()} for t in train_tasks]
+    stats = _StepStats()
+    timing: dict[str, float] = {}
+
+    class Trainer(GRPOTrainer):
+        # Thin timing hooks: generation happens inside _prepare_inputs, the policy forward in compute_loss,
+        # the rest of training_step is backward + optimiser.
+        def training_step(self, *a, **k):
+            timing.clear()
+            t0 = time.perf_counter()
+            out = super().training_step(*a, **k)
+            timing["step_s"] = time.perf_counter() - t0
+            return out
+
+        def _prepare_inputs(self, *a, **k):
+            t0 = time.perf_counter()
+            out = super()._prepare_inputs(*a, **k)
+            timing["prepare_s"] = timing.get("prepare_s", 0) + time.perf_counter() - t0
+            return out
+
+        def compute_loss(self, *a, **k):
+            t0 = time.perf_counter()
+            out = super().compute_loss(*a, **k)
+            timing["forward_s"] = timing.get("forward_s", 0) + time.perf_counter() - t0
+            return out
+
+    class Recorder(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kw):
+            if not logs or "loss" not in logs or not stats.episodes:
+                return
+            keep = ("loss", "entropy", "kl", "grad_norm", "learning_rate", "frac_reward_zero_std")
+            record = {"step": state.global_step, **{k: logs[k] for k in keep if k in logs},
+                      **step_metrics(stats.episodes, exp.group_size),
+                      "time_generate_s": stats.generate_s, "time_step_s": timing.get("step_s"),
+                      "time_forward_s": timing.get("forward_s"),
+                      "time_backward_s": (timing.get("step_s", 0) - timing.get("prepare_s", 0)
+                                          - timing.get("forward_s", 0)),
+                      "prompts_seen": state.global_step * exp.groups_per_step}
+            run.append(run.metrics_file, record)
+
+        def on_save(self, args, state, control, model=None, **kw):
+            evaluate_policy(trainer.accelerator.unwrap_model(trainer.model), tok, spec, eval_tasks, exp, run,
+                            state.global_step)
+
+    trainer = Trainer(
+        model=model, reward_funcs=[agentlab_reward], args=grpo_config(exp, run.path / "checkpoints"),
+        train_dataset=Dataset.from_list(rows), processing_class=tok,
+        peft_config=None if init_adapter else lora_config(exp.lora_r),
+        rollout_func=make_rollout_func(spec, tok, train_tasks, exp, run, stats), callbacks=[Recorder()])
+    if not resume:
+        evaluate_policy(trainer.model, tok, spec, eval_tasks, exp, run, 0)
+    trainer.train(resume_from_checkpoint=resume)
+    trainer.model.save_pretrained(run.path / "adapter")
+    run.mark_finished({"steps": exp.steps, "adapter": str(run.path / "adapter")})
+    return run
+
+
+def evaluate_policy(model, tok, spec, tasks: list[Task], exp: Experiment, run: RunDir, step: int) -> dict:
+    """Greedy held-out eval with the shared loop; writes ``evals/step-N.json`` (+ rollouts). Skips if present."""
+    import torch
+
+    from agentlab.evals import summarize
+
+    name = f"evals/step-{step:04d}.json"
+    if (existing := run.read_json(name)) is not None:
+        return existing
+    was_training = model.training
+    model.eval()
+    path = run.path / f"evals/step-{step:04d}.rollouts.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad(), open(path, "w") as fh:
+        episodes = run_episodes(model, tok, spec, tasks[: exp.eval_tasks], config=replace(exp.loop(), temperature=0),
+                                greedy=True, out=fh, progress=False, step=step, model_id=exp.model,
+                                config_id=exp.name)
+    if was_training:
+        model.train()
+    summary = {"step": step, **summarize(episodes)}
+    run.write_json(name, summary)
+    return summary
