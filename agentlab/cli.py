@@ -1,70 +1,270 @@
-"""``agentlab`` command line: ``agentlab quickstart | preflight | envs``.
+"""``agentlab`` command line: ``quickstart | synth | sft | train | eval | preflight | envs``.
 
-Each subcommand is a thin wrapper over a library call, so everything here can also be done from a notebook.
+Each subcommand is a thin wrapper over a library call, so everything here can also be done from a notebook:
+
+    agentlab synth --env lookup                       # data/tasks/lookup/{train,validation,test}.jsonl + demos
+    agentlab sft --env lookup --name sft-lookup       # runs/sft-lookup/adapter
+    agentlab train --env lookup --name grpo-lookup --init-adapter runs/sft-lookup/adapter
+    agentlab eval --env lookup --adapter runs/grpo-lookup/adapter --n 100
+    agentlab quickstart                               # all of the above, plus runs/quickstart/report.{json,png}
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 import time
+from pathlib import Path
+
+from agentlab.paths import data_dir
 
 
-def _preflight(args) -> int:
+def tasks_dir(env: str) -> Path:
+    return data_dir() / "tasks" / env
+
+
+def synth(env: str, sizes: dict[str, int], seed: int = 0, demos: int = 48, folder: Path | None = None) -> Path:
+    """Synthesise audited splits and expert demonstrations (from the train split) into ``folder``."""
+    from agentlab.envs import load
+    from agentlab.synth import audit_splits, build_splits, expert_demos, save_splits
+
+    spec = load(env)
+    folder = folder or tasks_dir(env)
+    splits = build_splits(spec, sizes, seed=seed)
+    save_splits(splits, folder)
+    rows = expert_demos(spec, splits["train"][:demos])
+    (folder / "demos.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    audit = audit_splits(spec, splits)
+    (folder / "audit.json").write_text(json.dumps({**audit, "seed": seed, "demos": len(rows)}, indent=2))
+    print(f"{env}: {audit['sizes']} tasks, {len(rows)} expert demos, splits disjoint -> {folder}")
+    return folder
+
+
+def load_split(env: str, split: str, folder: Path | None = None) -> list:
+    from agentlab.synth import load_tasks
+
+    path = (folder or tasks_dir(env)) / f"{split}.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist; run `agentlab synth --env {env}` first")
+    return load_tasks(path)
+
+
+def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str | None = None, samples: int = 1,
+             greedy: bool = True, loop=None, label: str = "", seed: int = 0) -> dict:
+    """Run the shared loop on ``tasks`` and write ``rollouts.jsonl``, ``summary.json`` and ``summary.png``."""
+    from agentlab.envs import load
+    from agentlab.evals import summarize
+    from agentlab.models import load_policy
+    from agentlab.plots import plot_eval_summary
+    from agentlab.rollout import LoopConfig, run_episodes
+
+    spec = load(env)
+    model, tok = load_policy(model_name, adapter=adapter)
+    loop = loop or LoopConfig(temperature=0.0 if greedy else 0.7)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    with open(out_dir / "rollouts.jsonl", "w") as fh:
+        episodes = run_episodes(model, tok, spec, tasks, samples=samples, config=loop, greedy=greedy, out=fh,
+                                seed=seed, model_id=model_name + (f"+{adapter}" if adapter else ""),
+                                config_id=label)
+    summary = {"label": label, "model": model_name, "adapter": adapter, "env": env, "samples": samples,
+               "greedy": greedy, "loop": dataclasses.asdict(loop), "seconds": time.time() - t0,
+               **summarize(episodes)}
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
+    plot_eval_summary(summary, out_dir / "summary.png")
+    return summary
+
+
+def print_summary(summary: dict) -> None:
+    s = summary["success"]
+    print(f"{summary.get('label') or summary['env']}: success {s['mean']:.3f} [95% CI {s['ci_low']:.3f}, "
+          f"{s['ci_high']:.3f}] over n={s['n']} episodes ({summary['seconds']:.0f} s)")
+    b = summary.get("breakdown", {})
+    if b:
+        model = ", ".join(f"{k} {v}" for k, v in b.get("model", {}).items())
+        print(f"  failures: model {b.get('model_total', 0)} ({model or 'none'}), infra {b.get('infra', 0)}")
+
+
+# -- subcommands ------------------------------------------------------------------------------------------------------
+
+
+def _cmd_synth(a) -> int:
+    synth(a.env, {"train": a.train, "validation": a.validation, "test": a.test}, seed=a.seed, demos=a.demos)
+    return 0
+
+
+def _cmd_sft(a) -> int:
+    from agentlab.runs import RunDir
+    from agentlab.train import SFTSettings, run_sft
+
+    demos_file = tasks_dir(a.env) / "demos.jsonl"
+    if not demos_file.exists():
+        raise SystemExit(f"{demos_file} does not exist; run `agentlab synth --env {a.env}` first")
+    demos = [json.loads(line) for line in demos_file.read_text().splitlines()][: a.demos]
+    adapter = run_sft(a.model, demos, RunDir(a.name).path, SFTSettings(steps=a.steps, lr=a.lr, seed=a.seed))
+    print(f"SFT adapter -> {adapter}")
+    return 0
+
+
+def _experiment_from_args(a):
+    from agentlab.train import Experiment
+
+    fields = {f.name for f in dataclasses.fields(Experiment)}
+    kwargs = {k: v for k, v in vars(a).items() if k in fields and v is not None}
+    if "report_to" in kwargs:
+        kwargs["report_to"] = tuple(kwargs["report_to"])
+    return Experiment(**kwargs)
+
+
+def _cmd_train(a) -> int:
+    from agentlab.train import run_grpo
+
+    overrides, backend = {}, "hf"
+    if a.recipe:  # GPU recipe: its fields are defaults, explicit flags still win
+        from agentlab.gpu import grpo_overrides, recipe_experiment_fields
+
+        for key, value in recipe_experiment_fields(a.recipe).items():
+            if getattr(a, key, None) is None:
+                setattr(a, key, value)
+        overrides = grpo_overrides(a.recipe, None if a.vllm_mode == "none" else a.vllm_mode)
+        backend = "unsloth"
+    exp = _experiment_from_args(a)  # validated before any work starts
+    train_tasks = load_split(exp.env, "train")
+    eval_tasks = load_split(exp.env, a.eval_split)
+    run = run_grpo(exp, train_tasks, eval_tasks, init_adapter=a.init_adapter, overwrite=a.overwrite,
+                   backend=backend, recipe=a.recipe, trainer_overrides=overrides)
+    print(f"GRPO run finished -> {run.path}")
+    return 0
+
+
+def _cmd_eval(a) -> int:
+    from agentlab.rollout import LoopConfig
+    from agentlab.runs import RunDir
+
+    tasks = load_split(a.env, a.split)[: a.n]
+    name = a.name or f"eval-{a.env}-{a.split}"
+    loop = LoopConfig(max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, temperature=0 if a.greedy else 0.7)
+    summary = evaluate(a.model, a.env, tasks, RunDir(name).path, adapter=a.adapter, samples=a.samples,
+                       greedy=a.greedy, loop=loop, label=name)
+    print_summary(summary)
+    print(f"-> {RunDir(name).path}")
+    return 0
+
+
+def _cmd_preflight(a) -> int:
     from agentlab.envs import load
     from agentlab.models import load_policy, preflight
 
-    spec = load(args.env)
-    model, tok = load_policy(args.model)
+    spec = load(a.env)
+    model, tok = load_policy(a.model)
     report = preflight(model, tok, spec.env_class, system_prompt=spec.env_class.system_prompt, strict=False)
     print(report)
     return 0 if report.ok else 1
 
 
-def _envs(args) -> int:
+def _cmd_envs(a) -> int:
     from agentlab.envs import load, names
     from agentlab.types import run_policy
 
     for name in names():
-        try:
-            spec = load(name)
-        except ImportError as exc:
-            print(f"{name:16s} unavailable: {exc}")
-            continue
-        tasks = spec.make_tasks("test", args.n, seed=0)
-        expert = sum(spec.evaluate(t, run_policy(spec, t, spec.expert)[0])["success"] for t in tasks) / len(tasks)
-        rand = sum(spec.evaluate(t, run_policy(spec, t, spec.random_policy)[0])["success"] for t in tasks) / len(tasks)
-        print(f"{name:16s} scripted expert {expert:.2f}   random {rand:.2f}   ({len(tasks)} test tasks)  "
-              f"{spec.description}")
+        spec = load(name)
+        tasks = spec.make_tasks("test", a.n, seed=0)
+        score = {p: sum(spec.evaluate(t, run_policy(spec, t, getattr(spec, p))[0])["success"] for t in tasks)
+                 / len(tasks) for p in ("expert", "random_policy")}
+        print(f"{name:15s} expert {score['expert']:.2f}  random {score['random_policy']:.2f}  "
+              f"({len(tasks)} test tasks)  {spec.description}")
     return 0
 
 
-def _quickstart(args) -> int:
-    t0 = time.time()
-    print("agentlab quickstart — step 1/2: the shipped model and its tool-calling template")
-    rc = _preflight(argparse.Namespace(env=args.env, model="smollm2-135m"))
-    print("\nstep 2/2: environments, scripted expert vs random policy")
-    rc |= _envs(argparse.Namespace(n=args.n))
-    print(f"\nquickstart finished in {time.time() - t0:.0f} s")
-    return rc
+def _cmd_quickstart(a) -> int:
+    from agentlab.quickstart import QuickstartConfig, run_quickstart
+
+    cfg = QuickstartConfig.smoke() if a.smoke else QuickstartConfig()
+    run_quickstart(dataclasses.replace(cfg, name=a.name or cfg.name), overwrite=a.overwrite)
+    return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    from agentlab.train import Experiment
+
     parser = argparse.ArgumentParser(prog="agentlab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("quickstart", help="the CPU quickstart")
+
+    p = sub.add_parser("quickstart", help="synthesise -> eval base -> SFT -> eval -> GRPO -> eval -> report")
+    p.add_argument("--smoke", action="store_true", help="tiny model and sizes (seconds; for CI)")
+    p.add_argument("--name", default=None)
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=_cmd_quickstart)
+
+    p = sub.add_parser("synth", help="task splits (audited disjoint) and expert demonstrations")
     p.add_argument("--env", default="lookup")
-    p.add_argument("--n", type=int, default=50)
-    p.set_defaults(func=_quickstart)
+    p.add_argument("--train", type=int, default=240)
+    p.add_argument("--validation", type=int, default=48)
+    p.add_argument("--test", type=int, default=120)
+    p.add_argument("--demos", type=int, default=48)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_cmd_synth)
+
+    p = sub.add_parser("sft", help="LoRA SFT warm start on expert demonstrations")
+    p.add_argument("--env", default="lookup")
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--name", default="sft")
+    p.add_argument("--demos", type=int, default=48)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_cmd_sft)
+
+    p = sub.add_parser("train", help="LoRA GRPO (resumes from the last checkpoint of --name)")
+    for f in dataclasses.fields(Experiment):
+        flag = "--" + f.name.replace("_", "-")
+        if f.name == "report_to":
+            p.add_argument(flag, nargs="*", choices=["wandb", "trackio"], default=None)
+        else:
+            p.add_argument(flag, type=type(f.default), default=None, help=f"default {f.default}")
+    p.add_argument("--init-adapter", default=None, help="start from this LoRA adapter (e.g. the SFT one)")
+    p.add_argument("--eval-split", default="test", choices=["validation", "test"])
+    p.add_argument("--recipe", default=None, help="GPU recipe, e.g. qwen3-4b-instruct-2507 (CUDA only)")
+    p.add_argument("--vllm-mode", default="colocate", choices=["colocate", "server", "none"])
+    p.add_argument("--overwrite", action="store_true", help="replace a finished run of the same name")
+    p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("eval", help="evaluate a model (+ adapter) with 95%% bootstrap CIs")
+    p.add_argument("--env", default="lookup")
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--adapter", default=None)
+    p.add_argument("--split", default="test", choices=["train", "validation", "test"])
+    p.add_argument("--n", type=int, default=100)
+    p.add_argument("--samples", type=int, default=1)
+    p.add_argument("--greedy", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--max-turns", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--name", default=None)
+    p.set_defaults(func=_cmd_eval)
+
     p = sub.add_parser("preflight", help="check a model's template, tool calls and loss mask")
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--env", default="lookup")
-    p.set_defaults(func=_preflight)
-    p = sub.add_parser("envs", help="list environments with scripted-expert and random scores")
+    p.set_defaults(func=_cmd_preflight)
+
+    p = sub.add_parser("envs", help="environments with scripted-expert and random scores")
     p.add_argument("--n", type=int, default=50)
-    p.set_defaults(func=_envs)
-    args = parser.parse_args(argv)
-    return args.func(args)
+    p.set_defaults(func=_cmd_envs)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from agentlab.models import ModelLoadError
+    from agentlab.runs import RunExistsError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError, RunExistsError, ModelLoadError) as exc:  # bad input: one clear line
+        print(f"agentlab {args.command}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -101,26 +101,56 @@ class Renderer:
         return ids[: end + 1]
 
 
-def hf_generate_fn(model, tokenizer, config: LoopConfig, greedy: bool, seed: int) -> GenerateFn:
-    """Batched ``model.generate`` with left padding; each sequence is cut after its first EOS."""
+def hf_generate_fn(model, tokenizer, config: LoopConfig, greedy: bool, seed: int,
+                   prefix_cache: bool = True) -> GenerateFn:
+    """Batched ``model.generate``; each sequence is cut after its first EOS.
+
+    Prefix caching (why): every episode starts with the same system prompt and tool schemas (~370 of the
+    ~400 prompt tokens on ``lookup``), and without a cache every turn re-encodes the whole conversation. We
+    encode the batch's longest common prefix once, then lay rows out as ``prefix | pads | rest`` — the
+    attention mask hides the pads and position ids come from the mask, so each row computes exactly what it
+    would alone (``tests/test_rollout.py`` compares against uncached generation). Weights must not change
+    while this function is in use: ``run_episodes`` makes a new one per call.
+    """
+    import copy
+
     import torch
 
     calls = [0]
+    cached: dict = {}
+
+    def encode_prefix(prefix: tuple[int, ...]):
+        if cached.get("key") != prefix:
+            with torch.no_grad():
+                out = model(input_ids=torch.tensor([prefix]), use_cache=True)
+            cached.update(key=prefix, cache=out.past_key_values)
+        return copy.deepcopy(cached["cache"])
 
     def generate(seqs: list[list[int]]) -> list[list[int]]:
-        width = max(map(len, seqs))
         pad = tokenizer.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(s)) + s for s in seqs])
-        attn = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs])
+        shared = 0
+        if prefix_cache and len(seqs) > 0:
+            first, shortest = seqs[0], min(map(len, seqs))
+            while shared < shortest - 1 and all(s[shared] == first[shared] for s in seqs):
+                shared += 1
+        rests = [s[shared:] for s in seqs]
+        width = max(map(len, rests))
+        ids = torch.tensor([seqs[0][:shared] + [pad] * (width - len(r)) + r for r in rests])
+        attn = torch.tensor([[1] * shared + [0] * (width - len(r)) + [1] * len(r) for r in rests])
+        kwargs = {}
+        if shared:
+            past = encode_prefix(tuple(seqs[0][:shared]))
+            past.batch_repeat_interleave(len(seqs))
+            kwargs["cache"] = past
         torch.manual_seed(seed * 1_000_003 + calls[0])  # reproducible from the seed, different per call
         calls[0] += 1
         sampling = {"do_sample": False} if greedy or config.temperature == 0 else {
             "do_sample": True, "temperature": config.temperature, "top_p": config.top_p, "top_k": 0}
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=config.max_new_tokens,
-                                 pad_token_id=pad, eos_token_id=tokenizer.eos_token_id, **sampling)
+                                 pad_token_id=pad, eos_token_id=tokenizer.eos_token_id, **sampling, **kwargs)
         result = []
-        for row in out[:, width:].tolist():
+        for row in out[:, ids.shape[1]:].tolist():
             if tokenizer.eos_token_id in row:
                 row = row[: row.index(tokenizer.eos_token_id) + 1]
             result.append(row)

@@ -173,10 +173,15 @@ def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: 
         model.eval()
         step = trainer.state.global_step + 1
         t0 = time.perf_counter()
+        generate_fn = None
+        if getattr(trainer, "use_vllm", False):  # GPU: TRL's vLLM engine, weights synced by TRL before this call
+            from agentlab.gpu import vllm_generate_fn
+
+            generate_fn = vllm_generate_fn(trainer, exp.max_new_tokens)
         with torch.no_grad():
             episodes = run_episodes(model, tokenizer, spec, [by_question[q] for q in unique], samples=samples,
                                     config=config, seed=exp.seed * 100_003 + step, progress=False, step=step,
-                                    model_id=exp.model, config_id=exp.name)
+                                    model_id=exp.model, config_id=exp.name, generate_fn=generate_fn)
         stats.generate_s = time.perf_counter() - t0
         if was_training:
             model.train()
@@ -225,6 +230,11 @@ def grpo_config(exp: Experiment, output_dir: Path, **overrides):
     """The GRPOConfig our experiment maps to (also used by the GPU recipe with vLLM/bf16 overrides)."""
     from trl import GRPOConfig
 
+    return GRPOConfig(**grpo_kwargs(exp, output_dir, **overrides))
+
+
+def grpo_kwargs(exp: Experiment, output_dir: Path, **overrides) -> dict:
+    """GRPOConfig keyword arguments (a dict, so CPU tests can check the GPU values without CUDA)."""
     batch = exp.groups_per_step * exp.group_size
     kwargs = dict(
         output_dir=str(output_dir), max_steps=exp.steps, learning_rate=exp.lr, lr_scheduler_type="constant",
@@ -237,12 +247,17 @@ def grpo_config(exp: Experiment, output_dir: Path, **overrides):
         log_completions=False, save_only_model=False,
     )
     kwargs.update(overrides)
-    return GRPOConfig(**kwargs)
+    return kwargs
 
 
 def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], init_adapter: str | Path | None = None,
-             run: RunDir | None = None, overwrite: bool = False) -> RunDir:
-    """Train with GRPO; resume from the last checkpoint when the run folder has one."""
+             run: RunDir | None = None, overwrite: bool = False, backend: str = "hf", recipe: str | None = None,
+             trainer_overrides: dict | None = None) -> RunDir:
+    """Train with GRPO; resume from the last checkpoint when the run folder has one.
+
+    GPU: ``backend="unsloth"`` loads through Unsloth (LoRA applied there); ``trainer_overrides`` takes
+    ``agentlab.gpu.grpo_overrides(recipe, vllm_mode)`` (bf16, vLLM colocate/server).
+    """
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOTrainer
@@ -261,7 +276,7 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
     if resume:
         run.truncate_after(int(resume.rsplit("-", 1)[1]))
 
-    model, tok = load_policy(exp.model)
+    model, tok = load_policy(exp.model, backend=backend, recipe=recipe)
     if init_adapter:
         from peft import PeftModel
 
@@ -312,9 +327,10 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
                             state.global_step)
 
     trainer = Trainer(
-        model=model, reward_funcs=[agentlab_reward], args=grpo_config(exp, run.path / "checkpoints"),
+        model=model, reward_funcs=[agentlab_reward],
+        args=grpo_config(exp, run.path / "checkpoints", **(trainer_overrides or {})),
         train_dataset=Dataset.from_list(rows), processing_class=tok,
-        peft_config=None if init_adapter else lora_config(exp.lora_r),
+        peft_config=None if (init_adapter or backend == "unsloth") else lora_config(exp.lora_r),
         rollout_func=make_rollout_func(spec, tok, train_tasks, exp, run, stats), callbacks=[Recorder()])
     if not resume:
         evaluate_policy(trainer.model, tok, spec, eval_tasks, exp, run, 0)

@@ -1,0 +1,84 @@
+"""The GPU path: the Qwen3-4B-Instruct-2507 recipe (seed 000), vLLM generation (colocate or server), Unsloth
+LoRA, multi-GPU launch configs (accelerate / DeepSpeed) and TRL's asynchronous GRPO — real engines, not ours.
+
+Single GPU, vLLM colocated with training::
+
+    agentlab train --env product_finder --recipe qwen3-4b-instruct-2507 --vllm-mode colocate
+
+Several GPUs (DeepSpeed ZeRO-2), vLLM served on its own GPU by TRL::
+
+    CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model Qwen/Qwen3-4B-Instruct-2507 &
+    CUDA_VISIBLE_DEVICES=1,2,3 accelerate launch --num_processes 3 \\
+        --config_file agentlab/configs/accelerate/zero2.yaml -m agentlab.cli train \\
+        --env product_finder --recipe qwen3-4b-instruct-2507 --vllm-mode server
+
+Everything here is configuration and is tested on CPU for its values; execution needs CUDA and the weights.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentlab.models import RECIPES_DIR, load_recipe, vllm_settings
+
+ACCELERATE_CONFIGS = {p.stem: p for p in (RECIPES_DIR / "accelerate").glob("*.yaml")}
+
+
+def recipe_experiment_fields(recipe: str) -> dict:
+    """Experiment fields a recipe sets (model, LoRA rank, group size, lr, turns, temperature, KL)."""
+    r = load_recipe(recipe)
+    g = r["grpo"]
+    return {"model": r["model"], "lora_r": r["unsloth"]["lora"]["r"], "group_size": g["num_generations"],
+            "groups_per_step": g["per_device_train_batch_size"] // g["num_generations"],
+            "lr": g["learning_rate"], "max_turns": g["max_tool_calling_iterations"], "beta": g["beta"],
+            "temperature": g["temperature"], "max_context": g["max_completion_length"]}
+
+
+def grpo_overrides(recipe: str, vllm_mode: str | None = "colocate") -> dict:
+    """GRPOConfig keyword overrides for the GPU: bf16, gradient checkpointing, accumulation, vLLM."""
+    g = load_recipe(recipe)["grpo"]
+    out = {"bf16": g["bf16"], "gradient_checkpointing": g["gradient_checkpointing"],
+           "gradient_accumulation_steps": g["gradient_accumulation_steps"], "use_cpu": False}
+    if vllm_mode:
+        out.update(vllm_settings(recipe, vllm_mode))
+    return out
+
+
+def accelerate_config(name: str = "zero2") -> Path:
+    """Path of a launch config: ``multi_gpu`` (DDP), ``zero2`` or ``zero3`` (DeepSpeed)."""
+    if name not in ACCELERATE_CONFIGS:
+        raise ValueError(f"unknown accelerate config {name!r}; available: {sorted(ACCELERATE_CONFIGS)}")
+    return ACCELERATE_CONFIGS[name]
+
+
+def async_grpo_kwargs(recipe: str, output_dir: str, max_staleness: int = 2, **overrides) -> dict:
+    """Arguments of TRL's asynchronous GRPO (``trl.experimental.async_grpo.AsyncGRPOConfig``): rollouts on a
+    vLLM server overlap training; samples older than ``max_staleness`` policy versions are dropped.
+    Experimental in TRL 1.16; returns a dict so CPU tests can check it without CUDA."""
+    g = load_recipe(recipe)["grpo"]
+    kwargs = dict(output_dir=output_dir, learning_rate=g["learning_rate"], num_generations=g["num_generations"],
+                  max_completion_length=g["max_completion_length"], temperature=g["temperature"],
+                  max_tool_calling_iterations=g["max_tool_calling_iterations"], max_staleness=max_staleness,
+                  per_device_train_batch_size=g["per_device_train_batch_size"], bf16=g["bf16"])
+    kwargs.update(overrides)
+    return kwargs
+
+
+def vllm_generate_fn(trainer, max_new_tokens: int):
+    """Our loop's generate function on TRL's vLLM engine (colocated or server), with the trainer's weights.
+
+    TRL syncs the policy weights into vLLM before each ``rollout_func`` call; we only ask it for one
+    continuation per live episode. ``max_new_tokens`` caps each turn by truncation (vLLM is configured with the
+    run's ``max_completion_length``).
+    """
+    eos = trainer.processing_class.eos_token_id
+
+    def generate(seqs: list[list[int]]) -> list[list[int]]:
+        _, completions, _, _ = trainer.vllm_generation.generate(prompts=seqs, images=None, num_generations=1)
+        out = []
+        for ids in completions:
+            ids = list(ids)[:max_new_tokens]
+            out.append(ids[: ids.index(eos) + 1] if eos in ids else ids)
+        return out
+
+    return generate

@@ -1,0 +1,173 @@
+"""The CPU quickstart: synthesise → evaluate base → SFT → evaluate → GRPO → evaluate → report.
+
+    agentlab quickstart            # (make quickstart) the real run, shipped SmolLM2-135M, ~20 min on 2 cores
+    agentlab quickstart --smoke    # tiny random model and sizes: the pipeline end to end in about a minute
+
+Every stage writes into ``runs/<name>/`` and is skipped when its output already exists, so an interrupted
+quickstart picks up where it stopped (the GRPO stage resumes from its last checkpoint).
+``report.json`` holds ``base``, ``sft`` and ``grpo`` — each ``success``, ``ci_low``, ``ci_high``, ``n`` on the same
+held-out tasks — plus the paired GRPO − SFT difference with its CI, stage wall times and peak memory.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import resource
+import shutil
+import time
+from dataclasses import asdict, dataclass
+
+from agentlab.rollout import LoopConfig
+from agentlab.runs import RunDir
+from agentlab.train import Experiment, SFTSettings
+
+
+@dataclass(frozen=True)
+class QuickstartConfig:
+    name: str = "quickstart"
+    env: str = "lookup"
+    model: str = "smollm2-135m"
+    train: int = 240
+    validation: int = 48
+    test: int = 100               # held-out tasks every stage is evaluated on (greedy)
+    demos: int = 48
+    sft_steps: int = 4            # deliberately short: chosen on validation to leave GRPO headroom
+    sft_lr: float = 1e-3
+    grpo_steps: int = 10
+    grpo_lr: float = 2e-4
+    groups_per_step: int = 2
+    group_size: int = 4
+    temperature: float = 0.7
+    eval_every: int = 5
+    checkpoint_eval_tasks: int = 32  # in-run checkpoint evals use a subset of the held-out tasks (CPU time)
+    max_turns: int = 3
+    max_new_tokens: int = 48
+    seed: int = 0
+
+    @classmethod
+    def smoke(cls) -> QuickstartConfig:
+        return cls(name="quickstart-smoke", model="tiny-random", train=16, validation=4, test=6, demos=8,
+                   sft_steps=2, grpo_steps=2, groups_per_step=1, group_size=2, eval_every=1,
+                   checkpoint_eval_tasks=2, max_new_tokens=8)
+
+    def experiment(self) -> Experiment:
+        return Experiment(name=f"{self.name}/grpo", model=self.model, env=self.env, lr=self.grpo_lr,
+                          groups_per_step=self.groups_per_step, group_size=self.group_size,
+                          max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
+                          temperature=self.temperature, steps=self.grpo_steps, eval_every=self.eval_every,
+                          eval_tasks=self.checkpoint_eval_tasks, seed=self.seed)
+
+    def eval_loop(self) -> LoopConfig:
+        return LoopConfig(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens, temperature=0.0)
+
+
+def _peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # KiB on Linux
+
+
+def _stage(title: str, i: int, n: int = 6) -> None:
+    print(f"\n=== [{i}/{n}] {title} ===", flush=True)
+
+
+def run_quickstart(cfg: QuickstartConfig = QuickstartConfig(), overwrite: bool = False) -> dict:
+    from agentlab.cli import evaluate, load_split, print_summary, synth
+    from agentlab.evals import paired_bootstrap_ci
+    from agentlab.plots import plot_report
+    from agentlab.train import run_grpo, run_sft
+
+    run = RunDir(cfg.name)
+    if overwrite and run.path.exists():
+        shutil.rmtree(run.path)
+    run.prepare(cfg)
+    t_start = time.time()
+    timings: dict[str, float] = json.loads((run.path / "timings.json").read_text()) \
+        if (run.path / "timings.json").exists() else {}
+
+    def timed(key, fn):
+        if key in timings:
+            return fn()  # output exists: fn returns it without redoing the work
+        t0 = time.time()
+        out = fn()
+        timings[key] = round(time.time() - t0, 1)
+        (run.path / "timings.json").write_text(json.dumps(timings, indent=2))
+        return out
+
+    _stage(f"synthesise {cfg.env} tasks and expert demonstrations", 1)
+    folder = run.path / "tasks"
+    timed("synth_s", lambda: folder if (folder / "demos.jsonl").exists() else synth(
+        cfg.env, {"train": cfg.train, "validation": cfg.validation, "test": cfg.test}, seed=cfg.seed,
+        demos=cfg.demos, folder=folder))
+    test = load_split(cfg.env, "test", folder)
+    train = load_split(cfg.env, "train", folder)
+
+    def eval_stage(label, adapter=None):
+        out = run.path / label / "eval"
+        if (out / "summary.json").exists():
+            return json.loads((out / "summary.json").read_text())
+        summary = evaluate(cfg.model, cfg.env, test, out, adapter=adapter, loop=cfg.eval_loop(), label=label)
+        print_summary(summary)
+        return summary
+
+    _stage(f"evaluate the base model ({cfg.model}) on {len(test)} held-out tasks", 2)
+    base = timed("eval_base_s", lambda: eval_stage("base"))
+
+    _stage(f"SFT warm start: {cfg.sft_steps} LoRA steps on scripted demonstrations", 3)
+    sft_dir = run.path / "sft"
+    demos = [json.loads(line) for line in (folder / "demos.jsonl").read_text().splitlines()]
+    adapter = timed("sft_s", lambda: sft_dir / "adapter" if (sft_dir / "adapter").exists() else run_sft(
+        cfg.model, demos, sft_dir, SFTSettings(steps=cfg.sft_steps, lr=cfg.sft_lr, seed=cfg.seed)))
+    _stage("evaluate the SFT policy", 4)
+    sft = timed("eval_sft_s", lambda: eval_stage("sft", str(adapter)))
+
+    _stage(f"GRPO: {cfg.grpo_steps} steps x {cfg.groups_per_step} prompts x {cfg.group_size} rollouts", 5)
+    grpo_run = RunDir(run.path / "grpo")
+    timed("grpo_s", lambda: grpo_run if grpo_run.finished else run_grpo(
+        cfg.experiment(), train, test[: cfg.checkpoint_eval_tasks], init_adapter=adapter, run=grpo_run))
+    _stage("evaluate the GRPO policy", 6)
+    grpo = timed("eval_grpo_s", lambda: eval_stage("grpo", str(grpo_run.path / "adapter")))
+
+    report = _report(cfg, base, sft, grpo, run, timings, paired_bootstrap_ci)
+    report["total_s"] = round(time.time() - t_start, 1)
+    run.write_json("report.json", report)
+    metrics = grpo_run.metrics()
+    evals = sorted((json.loads(p.read_text()) for p in grpo_run.evals_dir.glob("step-*.json")),
+                   key=lambda e: e["step"])
+    plot_report(report, metrics, evals, run.path / "report.png")
+    _print_report(report, run)
+    return report
+
+
+def _report(cfg, base, sft, grpo, run, timings, paired_bootstrap_ci) -> dict:
+    from agentlab.evals import read_rollouts
+
+    def entry(summary):
+        s = summary["success"]
+        return {"success": s["mean"], "ci_low": s["ci_low"], "ci_high": s["ci_high"], "n": s["n"]}
+
+    sft_eps, _ = read_rollouts(run.path / "sft" / "eval" / "rollouts.jsonl")
+    grpo_eps, _ = read_rollouts(run.path / "grpo" / "eval" / "rollouts.jsonl")
+    low, high = paired_bootstrap_ci(sft_eps, grpo_eps)  # CI of (GRPO − SFT) per task
+    paired = {"mean": entry(grpo)["success"] - entry(sft)["success"], "ci_low": low, "ci_high": high}
+    return {
+        "title": f"{cfg.model} on {cfg.env}: base → SFT ({cfg.sft_steps} steps) → GRPO ({cfg.grpo_steps} steps)",
+        "env": cfg.env, "model": cfg.model, "base": entry(base), "sft": entry(sft), "grpo": entry(grpo),
+        "grpo_minus_sft": paired,
+        "non_overlapping_cis": entry(grpo)["ci_low"] > entry(sft)["ci_high"],
+        "timings_s": timings, "peak_rss_gb": round(_peak_rss_gb(), 2),
+        "machine": {"platform": platform.platform(), "processor": platform.processor(),
+                    "cpus": len(__import__("os").sched_getaffinity(0))},
+        "config": asdict(cfg),
+    }
+
+
+def _print_report(report: dict, run: RunDir) -> None:
+    print("\n=== quickstart report ===")
+    for k in ("base", "sft", "grpo"):
+        e = report[k]
+        print(f"{k:5s} success {e['success']:.3f}  [95% CI {e['ci_low']:.3f}, {e['ci_high']:.3f}]  n={e['n']}")
+    d = report["grpo_minus_sft"]
+    print(f"GRPO - SFT (paired over the same tasks): {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]")
+    print("stage times: " + ", ".join(f"{k} {v:.0f}s" for k, v in report["timings_s"].items()))
+    print(f"peak RSS {report['peak_rss_gb']:.1f} GB, total {report['total_s']:.0f} s")
+    print(f"-> {run.path / 'report.json'} and {run.path / 'report.png'}")

@@ -1,0 +1,139 @@
+"""Training path: config validation, SFT rows, TRL configuration, kill -9 resume, and a quickstart smoke run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agentlab.envs import load
+from agentlab.rollout import Renderer, run_episodes, scripted_generate_fn
+from agentlab.runs import RunDir, RunExistsError, read_jsonl
+from agentlab.synth import expert_demos, tokenize_demos
+from agentlab.train import Experiment, grpo_config, run_grpo
+
+SPEC = load("lookup")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"env": "nope"}, "env='nope' is unknown"),
+    ({"lr": -1.0}, "lr=-1.0 must be > 0"),
+    ({"group_size": 1}, "group_size=1 must be >= 2"),
+    ({"max_turns": 0}, "max_turns=0 must be >= 1"),
+    ({"report_to": ("tensorboard",)}, "report_to"),
+])
+def test_bad_experiment_is_refused_before_any_work(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Experiment(**kwargs)
+
+
+def test_missing_adapter_is_refused_before_any_work(tmp_path):
+    run = RunDir(tmp_path / "r")
+    with pytest.raises(FileNotFoundError, match="adapter_config.json"):
+        run_grpo(Experiment(model="tiny-random"), [], [], init_adapter=tmp_path / "nothing", run=run)
+    assert not run.path.exists()  # nothing written
+
+
+def test_cli_reports_bad_config_in_one_line(tmp_path):
+    env = {**os.environ, "AGENTLAB_RUNS": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "agentlab.cli", "train", "--lr", "-1", "--group-size", "1"],
+                         capture_output=True, text=True, env=env)
+    assert out.returncode == 2
+    assert "lr=-1.0 must be > 0" in out.stderr and "group_size=1" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_sft_rows_are_the_rollout_tokens(tiny):
+    """SFT trains on exactly the tokens the agent loop produces (demos rendered with the trainer's tool order),
+    and only on the assistant's turns. The training template also trains the newline after each assistant
+    header and after the final end-of-turn, tokens the policy never has to generate; we allow only those."""
+    _, tok = tiny
+    tasks = SPEC.make_tasks("train", 4, seed=2)
+    rows = tokenize_demos(expert_demos(SPEC, tasks), tok)
+    renderer = Renderer(tok, SPEC.env_class)
+    eps = run_episodes(None, tok, SPEC, tasks, generate_fn=scripted_generate_fn(renderer, tasks, SPEC.expert),
+                       progress=False)
+    newline = tok.encode("\n")
+    for row, ep in zip(rows, eps, strict=True):
+        seq = ep.tokens["prompt_ids"] + ep.tokens["completion_ids"]
+        assert row["input_ids"][: len(seq)] == seq and row["input_ids"][len(seq):] == newline
+        mask = [0] * len(ep.tokens["prompt_ids"]) + ep.tokens["mask"]
+        diff = [i for i, (a, b) in enumerate(zip(mask, row["assistant_masks"])) if a != b]
+        assert all(seq[i] == newline[0] and row["assistant_masks"][i] == 1 for i in diff)
+        assert len(diff) <= len(ep.turns) + 1
+
+
+def test_grpo_config_maps_the_experiment(tmp_path):
+    exp = Experiment(groups_per_step=3, group_size=4, beta=0.0, temperature=0.7, lr=1e-4, steps=7, eval_every=2)
+    cfg = grpo_config(exp, tmp_path)
+    assert cfg.per_device_train_batch_size == 12 and cfg.num_generations == 4
+    assert cfg.beta == 0.0 and cfg.temperature == 0.7 and cfg.learning_rate == 1e-4 and cfg.max_steps == 7
+    assert cfg.save_steps == 2 and cfg.lr_scheduler_type == "constant" and not cfg.gradient_checkpointing
+
+
+def _cli(args, env, **kw):
+    return subprocess.Popen([sys.executable, "-m", "agentlab.cli", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **kw)
+
+
+TRAIN = ["train", "--name", "resume", "--model", "tiny-random", "--steps", "3", "--eval-every", "1",
+         "--eval-tasks", "2", "--groups-per-step", "1", "--group-size", "2", "--max-new-tokens", "8"]
+
+
+def test_resume_after_kill_minus_9(tmp_path):
+    env = {**os.environ, "AGENTLAB_RUNS": str(tmp_path / "runs"), "AGENTLAB_DATA": str(tmp_path / "data")}
+    env.setdefault("AGENTLAB_CACHE", str(Path(__file__).resolve().parent.parent / "data" / "cache"))
+    synth = _cli(["synth", "--train", "8", "--validation", "2", "--test", "4", "--demos", "2"], env)
+    assert synth.wait(timeout=300) == 0, synth.stdout.read()
+    run = RunDir(tmp_path / "runs" / "resume")
+
+    proc = _cli(TRAIN, env)
+    deadline = time.time() + 300
+    while not run.checkpoints() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert run.checkpoints(), proc.stdout.read() if proc.poll() is not None else "no checkpoint in time"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not run.finished
+
+    again = _cli(TRAIN, env)
+    log = again.communicate(timeout=600)[0]
+    assert again.returncode == 0, log
+    metrics, torn = read_jsonl(run.metrics_file)
+    assert torn == 0 and [m["step"] for m in metrics] == [1, 2, 3]
+    rollouts, torn = read_jsonl(run.rollouts_file)
+    assert torn == 0 and sorted(r["step"] for r in rollouts) == [1, 1, 2, 2, 3, 3]
+    assert sorted(p.name for p in run.evals_dir.glob("step-*.json")) == [
+        f"step-000{i}.json" for i in range(4)]
+    assert run.finished and (run.path / "adapter" / "adapter_config.json").exists()
+
+    refused = _cli(TRAIN, env)
+    out = refused.communicate(timeout=120)[0]
+    assert refused.returncode == 2 and "is finished; pass --overwrite" in out
+
+
+def test_changed_config_is_not_silently_resumed(tmp_path):
+    run = RunDir(tmp_path / "r")
+    run.prepare(Experiment(steps=3))
+    with pytest.raises(RunExistsError, match="different config.*steps"):
+        run.prepare(Experiment(steps=4))
+
+
+def test_quickstart_smoke_end_to_end(tmp_path):
+    """The fast end-to-end run CI keeps: synth → eval → SFT → eval → GRPO → eval → report (tiny model)."""
+    env = {**os.environ, "AGENTLAB_RUNS": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "agentlab.cli", "quickstart", "--smoke"], env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    report = json.loads((tmp_path / "quickstart-smoke" / "report.json").read_text())
+    for stage in ("base", "sft", "grpo"):
+        assert set(report[stage]) == {"success", "ci_low", "ci_high", "n"} and report[stage]["n"] == 6
+        assert report[stage]["ci_low"] <= report[stage]["success"] <= report[stage]["ci_high"]
+    assert (tmp_path / "quickstart-smoke" / "report.png").stat().st_size > 10_000
+    metrics = RunDir(tmp_path / "quickstart-smoke" / "grpo").metrics()
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert {"reward_mean", "zero_variance_groups", "valid_rollouts", "entropy", "time_generate_s",
+            "time_forward_s", "time_backward_s", "tool_failures", "off_form_calls"} <= set(metrics[0])
