@@ -32,14 +32,17 @@ class QuickstartConfig:
     validation: int = 48
     test: int = 100               # held-out tasks every stage is evaluated on (greedy)
     demos: int = 48
-    sft_steps: int = 4            # deliberately short: chosen on validation to leave GRPO headroom
+    # Chosen on the validation split (never the test split): 4 SFT steps gave 0.31 greedy success (0.16 sampled
+    # at T=0.7), leaving GRPO headroom; 8 steps gave 0.77 and little left to learn. 12 GRPO steps at lr 2e-4
+    # took validation success 0.31 -> 0.52 by step 6; lr 1e-3 collapsed to 0 after one step.
+    sft_steps: int = 4
     sft_lr: float = 1e-3
-    grpo_steps: int = 10
+    grpo_steps: int = 12
     grpo_lr: float = 2e-4
     groups_per_step: int = 2
     group_size: int = 4
     temperature: float = 0.7
-    eval_every: int = 5
+    eval_every: int = 6
     checkpoint_eval_tasks: int = 32  # in-run checkpoint evals use a subset of the held-out tasks (CPU time)
     max_turns: int = 3
     max_new_tokens: int = 48

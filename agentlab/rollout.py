@@ -123,7 +123,7 @@ def hf_generate_fn(model, tokenizer, config: LoopConfig, greedy: bool, seed: int
         if cached.get("key") != prefix:
             with torch.no_grad():
                 out = model(input_ids=torch.tensor([prefix]), use_cache=True)
-            cached.update(key=prefix, cache=out.past_key_values)
+            cached.update(key=prefix, cache=out.cache if getattr(out, "cache", None) is not None else out.past_key_values)
         return copy.deepcopy(cached["cache"])
 
     def generate(seqs: list[list[int]]) -> list[list[int]]:

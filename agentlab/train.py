@@ -155,6 +155,54 @@ class _StepStats:
     generate_s: float = 0.0
 
 
+def shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep: int, compute_entropy: bool = False,
+                        min_prefix: int = 16):
+    """Per-token log-probs of the last ``logits_to_keep`` tokens, encoding the batch's shared prefix once.
+
+    Why: every rollout of a step starts with the same system prompt and tool schemas (~370 of ~550 tokens on
+    ``lookup``), and TRL's forward encodes it once per row, forward and backward. Here the prefix is encoded
+    once with gradients, its KV cache repeated across the batch (gradients sum back through the repeat), and
+    each row's remainder laid out as ``pads | rest`` with explicit position ids — the same attention each row
+    had alone. ``tests/test_train.py`` checks log-probs and gradients against TRL's own computation.
+    Returns ``(logps_BT, entropy_BT | None)`` or ``None`` when the shared prefix is too short to bother.
+    """
+    import torch
+
+    rows = [ids[m.bool()] for ids, m in zip(input_ids, attention_mask, strict=True)]
+    first_real = (attention_mask.cumsum(1) == 0).sum(1)  # left pads per row
+    shortest = min(len(r) for r in rows)
+    # keep at least logits_to_keep + 1 tokens per row outside the prefix (the tokens scored and their context)
+    limit = min(shortest, int((input_ids.size(1) - first_real).min()) - logits_to_keep - 1)
+    prefix_len = 0
+    while prefix_len < limit and all(int(r[prefix_len]) == int(rows[0][prefix_len]) for r in rows):
+        prefix_len += 1
+    if prefix_len < min_prefix:
+        return None
+    batch, width = input_ids.size(0), input_ids.size(1)
+    prefix = rows[0][:prefix_len].unsqueeze(0)
+    out = model(input_ids=prefix, use_cache=True)
+    cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+    cache.batch_repeat_interleave(batch)
+    # remainder of each row: everything after (left pads + prefix), right-aligned so the scored tail lines up
+    rest_width = width - int(first_real.min()) - prefix_len
+    rest_ids = torch.full((batch, rest_width), 0, dtype=input_ids.dtype)
+    rest_mask = torch.zeros((batch, rest_width), dtype=attention_mask.dtype)
+    for b in range(batch):
+        start = int(first_real[b]) + prefix_len
+        n = width - start
+        rest_ids[b, rest_width - n:] = input_ids[b, start:]
+        rest_mask[b, rest_width - n:] = attention_mask[b, start:]
+    positions = (prefix_len + rest_mask.cumsum(1) - 1).clamp(min=0)
+    labels = rest_ids.masked_fill(rest_mask == 0, -100)
+    labels[:, :-logits_to_keep] = -100
+    full_mask = torch.cat([torch.ones((batch, prefix_len), dtype=rest_mask.dtype), rest_mask], dim=1)
+    outputs = model(input_ids=rest_ids, attention_mask=full_mask, position_ids=positions, cache=cache,
+                    labels=labels, fused_lm_head=True, use_cache=False)
+    logps = outputs.log_probs[:, -logits_to_keep:]
+    entropy = outputs.entropy[:, -logits_to_keep:] if compute_entropy else None
+    return logps, entropy
+
+
 def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: RunDir, stats: _StepStats):
     """A TRL ``rollout_func`` that runs our agent loop for the batch's prompts (G consecutive copies each)."""
     by_question = {t.question: t for t in tasks}
@@ -250,6 +298,61 @@ def grpo_kwargs(exp: Experiment, output_dir: Path, **overrides) -> dict:
     return kwargs
 
 
+_TRAINER_CLASS = None
+
+
+def agent_trainer_class():
+    """TRL's GRPOTrainer plus two things it lacks: a step-time split (generation / forward / backward) and the
+    shared-prefix forward (``shared_prefix_logps``). Built on first use so importing agentlab stays light."""
+    global _TRAINER_CLASS
+    if _TRAINER_CLASS is not None:
+        return _TRAINER_CLASS
+    from trl import GRPOTrainer
+
+    class AgentGRPOTrainer(GRPOTrainer):
+        # Thin timing hooks: generation happens inside _prepare_inputs, the policy forward in compute_loss,
+        # the rest of training_step is backward + optimiser.
+        shared_prefix = True  # set False to get TRL's own forward (benchmarks, tests)
+
+        def __init__(self, *a, **k):
+            self.timing: dict[str, float] = {}
+            super().__init__(*a, **k)
+
+        def training_step(self, *a, **k):
+            self.timing.clear()
+            t0 = time.perf_counter()
+            out = super().training_step(*a, **k)
+            self.timing["step_s"] = time.perf_counter() - t0
+            return out
+
+        def _prepare_inputs(self, *a, **k):
+            t0 = time.perf_counter()
+            out = super()._prepare_inputs(*a, **k)
+            self.timing["prepare_s"] = self.timing.get("prepare_s", 0) + time.perf_counter() - t0
+            return out
+
+        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
+                                               batch_size=None, compute_entropy=False, compute_aux_loss=False,
+                                               **multimodal):
+            if self.shared_prefix and not compute_aux_loss and not any(v is not None for v in multimodal.values()):
+                with self.accelerator.autocast():
+                    shared = shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy)
+                if shared is not None:
+                    return shared[0], shared[1], None
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+                **multimodal)
+
+        def compute_loss(self, *a, **k):
+            t0 = time.perf_counter()
+            out = super().compute_loss(*a, **k)
+            self.timing["forward_s"] = self.timing.get("forward_s", 0) + time.perf_counter() - t0
+            return out
+
+    _TRAINER_CLASS = AgentGRPOTrainer
+    return AgentGRPOTrainer
+
+
 def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], init_adapter: str | Path | None = None,
              run: RunDir | None = None, overwrite: bool = False, backend: str = "hf", recipe: str | None = None,
              trainer_overrides: dict | None = None) -> RunDir:
@@ -260,7 +363,6 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
     """
     from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import GRPOTrainer
 
     from agentlab.envs import load
     from agentlab.models import load_policy
@@ -268,6 +370,7 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
     if init_adapter is not None and not (Path(init_adapter) / "adapter_config.json").exists():
         raise FileNotFoundError(f"init adapter {init_adapter} has no adapter_config.json")
     spec = load(exp.env)
+    _tracking_env(exp.report_to)
     run = run or RunDir(exp.name)
     run.prepare({**asdict(exp), "init_adapter": str(init_adapter) if init_adapter else None}, overwrite=overwrite)
     _threads()
@@ -284,29 +387,8 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
     renderer = Renderer(tok, spec.env_class)
     rows = [{"prompt": renderer.messages(t), "task": t.to_json()} for t in train_tasks]
     stats = _StepStats()
-    timing: dict[str, float] = {}
 
-    class Trainer(GRPOTrainer):
-        # Thin timing hooks: generation happens inside _prepare_inputs, the policy forward in compute_loss,
-        # the rest of training_step is backward + optimiser.
-        def training_step(self, *a, **k):
-            timing.clear()
-            t0 = time.perf_counter()
-            out = super().training_step(*a, **k)
-            timing["step_s"] = time.perf_counter() - t0
-            return out
-
-        def _prepare_inputs(self, *a, **k):
-            t0 = time.perf_counter()
-            out = super()._prepare_inputs(*a, **k)
-            timing["prepare_s"] = timing.get("prepare_s", 0) + time.perf_counter() - t0
-            return out
-
-        def compute_loss(self, *a, **k):
-            t0 = time.perf_counter()
-            out = super().compute_loss(*a, **k)
-            timing["forward_s"] = timing.get("forward_s", 0) + time.perf_counter() - t0
-            return out
+    Trainer = agent_trainer_class()
 
     class Recorder(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kw):
@@ -315,10 +397,10 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
             keep = ("loss", "entropy", "kl", "grad_norm", "learning_rate", "frac_reward_zero_std")
             record = {"step": state.global_step, **{k: logs[k] for k in keep if k in logs},
                       **step_metrics(stats.episodes, exp.group_size),
-                      "time_generate_s": stats.generate_s, "time_step_s": timing.get("step_s"),
-                      "time_forward_s": timing.get("forward_s"),
-                      "time_backward_s": (timing.get("step_s", 0) - timing.get("prepare_s", 0)
-                                          - timing.get("forward_s", 0)),
+                      "time_generate_s": stats.generate_s, "time_step_s": trainer.timing.get("step_s"),
+                      "time_forward_s": trainer.timing.get("forward_s"),
+                      "time_backward_s": (trainer.timing.get("step_s", 0) - trainer.timing.get("prepare_s", 0)
+                                          - trainer.timing.get("forward_s", 0)),
                       "prompts_seen": state.global_step * exp.groups_per_step}
             run.append(run.metrics_file, record)
 
@@ -338,6 +420,15 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
     trainer.model.save_pretrained(run.path / "adapter")
     run.mark_finished({"steps": exp.steps, "adapter": str(run.path / "adapter")})
     return run
+
+
+def _tracking_env(report_to: tuple[str, ...]) -> None:
+    """Local files are always written; W&B and Trackio are opt-in. Without a W&B key, W&B runs offline (its
+    files land in ./wandb and can be synced later), so an opt-in never needs the network."""
+    import os
+
+    if "wandb" in report_to and not os.environ.get("WANDB_API_KEY"):
+        os.environ.setdefault("WANDB_MODE", "offline")
 
 
 def evaluate_policy(model, tok, spec, tasks: list[Task], exp: Experiment, run: RunDir, step: int) -> dict:

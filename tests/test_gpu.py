@@ -64,5 +64,5 @@ def test_unsloth_loads_the_recipe_on_cuda():
         pytest.skip("needs CUDA")
     from agentlab.models import load_policy
 
-    model, tok = load_policy("Qwen/Qwen3-4B-Instruct-2507", backend="unsloth", recipe=RECIPE)
+    _, tok = load_policy("Qwen/Qwen3-4B-Instruct-2507", backend="unsloth", recipe=RECIPE)
     assert tok.padding_side == "left"

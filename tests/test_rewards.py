@@ -109,8 +109,8 @@ def test_compose_totals_terms_and_errors(lookup, tasks):
     with pytest.raises(ValueError, match="no default reward"):
         default_reward("chess")
     for name in ("lookup", "product_finder"):
-        assert default_reward(name).terms == {"success": 1.0, "format": 0.1}
-    assert default_reward("code_search").terms == {"success": 1.0, "precision": 0.5, "format": 0.1}
+        assert default_reward(name).terms == {"success": 1.0}
+    assert default_reward("code_search").terms == {"success": 1.0, "precision": 0.5}
     assert json.loads(json.dumps(default_reward("doc_search").config())) == {"f4": 1.0, "empty": -0.2}
 
 
@@ -153,7 +153,7 @@ def _completion(history, prefix_text=None):
 
 
 def test_trl_reward_func_scores_from_environment_state(lookup, tasks):
-    reward_fn = default_reward("lookup")
+    reward_fn = compose(success=1.0, format=0.1)
     func = trl_reward_func(reward_fn, "lookup")
     assert func.__name__ == "lookup_reward"
     envs, completions, expected = [], [], []
@@ -228,7 +228,7 @@ def test_default_reward_ranks_every_probe_below_honest_success_on_lookup(lookup,
     report = probe_report(default_reward("lookup"), "lookup", honest)
     assert report["flagged"] == [], report
     assert set(report["probes"]) >= {"no_answer", "empty_answer", "tool_spam", "format_only", "copy_question"}
-    assert report["honest_mean"] == pytest.approx(1.1)
+    assert report["honest_mean"] == pytest.approx(1.0)
 
 
 def test_a_bad_reward_gets_flagged(lookup, tasks):
@@ -279,3 +279,18 @@ def test_turns_from_messages_marks_off_form():
     assert rewards.turns_from_messages("plain text answer")[0].off_form is False
     assert isinstance(ToolCall("a", {}).as_message(), dict)  # the shape _completion mimics
     assert np.isfinite(rewards.fbeta_score(_doc_episode(["c1"])))
+
+
+def test_format_bonus_becomes_a_full_advantage_in_groups_without_success(lookup, tasks):
+    """Why the defaults carry no format bonus: group normalisation turns 'answered (wrongly)' vs 'no answer'
+    into advantages as large as a real success would get, so the policy learns to answer without searching."""
+    answered_wrong = scripted_episode(lookup, tasks[0], lookup.random_policy)
+    def search_only(task):
+        yield ToolCall("search_people", {"query": "Ada"})
+
+    no_answer = scripted_episode(lookup, tasks[0], search_only)
+    group = [answered_wrong, answered_wrong, answered_wrong, no_answer]
+    with_bonus = group_advantages([compose(success=1.0, format=0.1)(e)[0] for e in group])
+    success_only = group_advantages([default_reward("lookup")(e)[0] for e in group])
+    assert with_bonus[0] > 0.4 and with_bonus[3] < -1.0
+    assert list(success_only) == [0.0, 0.0, 0.0, 0.0]

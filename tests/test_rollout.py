@@ -147,3 +147,29 @@ def test_same_tokens_as_trl_tool_loop(tiny, tmp_path):
 def test_bad_loop_config_is_refused():
     with pytest.raises(ValueError, match="max_turns must be >= 1"):
         LoopConfig(max_turns=0)
+
+
+def test_injected_faults_are_all_infra_and_rescoring_recovers_the_fault_free_result(tiny):
+    """Acceptance (issue 4): 200 episodes at 10% injected faults; every fault is attributed to infra, none to the
+    model, and re-running only the infra-failed instances gives the fault-free result."""
+    from agentlab.evals import rescore_infra, summarize
+    from agentlab.faults import fault_for, inject_faults
+
+    _, tok = tiny
+    tasks = SPEC.make_tasks("test", 200, seed=5)
+    faulty = inject_faults(LookupEnv, rate=0.10, seed=11)
+    no_retry = LoopConfig(retries=0, backoff_s=0)
+    first = _scripted(tok, tasks, env_factory=faulty, config=no_retry)
+    # With no retries an episode of the expert's two calls fails exactly when attempt 0 or attempt 1 faults.
+    expected = {t.id for t in tasks
+                if any(fault_for(11, t.id, a, 0.10, ("exception", "timeout", "dropped")) for a in (0, 1))}
+    assert {e.task.id for e in first if e.failure == "infra"} == expected and len(expected) > 10
+    assert not any(e.failure == "model" for e in first)
+
+    def rerun(subset):
+        return _scripted(tok, subset, env_factory=faulty, config=LoopConfig(retries=3, backoff_s=0))
+
+    corrected, report = rescore_infra(first, rerun)
+    clean = summarize(_scripted(tok, tasks))
+    assert summarize(corrected)["success"] == clean["success"] and clean["success"]["mean"] == 1.0
+    assert report["provisional"]["mean"] < 1.0

@@ -41,7 +41,7 @@ def test_missing_adapter_is_refused_before_any_work(tmp_path):
 def test_cli_reports_bad_config_in_one_line(tmp_path):
     env = {**os.environ, "AGENTLAB_RUNS": str(tmp_path)}
     out = subprocess.run([sys.executable, "-m", "agentlab.cli", "train", "--lr", "-1", "--group-size", "1"],
-                         capture_output=True, text=True, env=env)
+                         capture_output=True, text=True, env=env, check=False)
     assert out.returncode == 2
     assert "lr=-1.0 must be > 0" in out.stderr and "group_size=1" in out.stderr and "Traceback" not in out.stderr
 
@@ -126,7 +126,7 @@ def test_quickstart_smoke_end_to_end(tmp_path):
     """The fast end-to-end run CI keeps: synth → eval → SFT → eval → GRPO → eval → report (tiny model)."""
     env = {**os.environ, "AGENTLAB_RUNS": str(tmp_path)}
     out = subprocess.run([sys.executable, "-m", "agentlab.cli", "quickstart", "--smoke"], env=env,
-                         capture_output=True, text=True, timeout=900)
+                         capture_output=True, text=True, timeout=900, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     report = json.loads((tmp_path / "quickstart-smoke" / "report.json").read_text())
     for stage in ("base", "sft", "grpo"):
@@ -137,3 +137,59 @@ def test_quickstart_smoke_end_to_end(tmp_path):
     assert [m["step"] for m in metrics] == [1, 2]
     assert {"reward_mean", "zero_variance_groups", "valid_rollouts", "entropy", "time_generate_s",
             "time_forward_s", "time_backward_s", "tool_failures", "off_form_calls"} <= set(metrics[0])
+
+
+def test_tracking_is_opt_in_and_wandb_defaults_to_offline(tmp_path, monkeypatch):
+    from agentlab.train import _tracking_env, grpo_kwargs
+
+    assert grpo_kwargs(Experiment(), tmp_path)["report_to"] == []
+    assert grpo_kwargs(Experiment(report_to=("wandb", "trackio")), tmp_path)["report_to"] == ["wandb", "trackio"]
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    _tracking_env(("wandb",))
+    assert os.environ["WANDB_MODE"] == "offline"
+
+
+def test_shared_prefix_forward_matches_trl_logps_and_gradients(tiny, tmp_path):
+    """The shared-prefix forward computes the same per-token log-probs and LoRA gradients as TRL's own."""
+    import torch
+    from datasets import Dataset
+    from peft import get_peft_model
+
+    from agentlab.train import agent_trainer_class, agentlab_reward, lora_config
+
+    base, tok = tiny
+    model = get_peft_model(base, lora_config(4))
+    with torch.no_grad():  # non-zero LoRA B so the adapter matters
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    tasks = SPEC.make_tasks("train", 3, seed=9)
+    renderer = Renderer(tok, SPEC.env_class)
+    eps = run_episodes(None, tok, SPEC, tasks, samples=2, progress=False,
+                       generate_fn=scripted_generate_fn(renderer, tasks, SPEC.random_policy))
+    prompts = [e.tokens["prompt_ids"] for e in eps]
+    comps = [e.tokens["completion_ids"] for e in eps]
+    P, C = max(map(len, prompts)), max(map(len, comps))
+    ids = torch.tensor([[0] * (P - len(p)) + p + c + [0] * (C - len(c)) for p, c in zip(prompts, comps)])
+    mask = torch.tensor([[0] * (P - len(p)) + [1] * (len(p) + len(c)) + [0] * (C - len(c))
+                         for p, c in zip(prompts, comps)])
+    rows = [{"prompt": renderer.messages(t), "task": t.to_json()} for t in tasks]
+    trainer = agent_trainer_class()(model=model, reward_funcs=[agentlab_reward], train_dataset=Dataset.from_list(rows),
+                                    args=grpo_config(Experiment(model="tiny-random"), tmp_path), processing_class=tok)
+    results = {}
+    for shared in (False, True):
+        trainer.shared_prefix = shared
+        model.zero_grad()
+        logps, entropy, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, C, compute_entropy=True)
+        (logps * mask[:, -C:]).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+        results[shared] = (logps.detach(), entropy.detach(), grads)
+    from agentlab.train import shared_prefix_logps
+
+    assert shared_prefix_logps(model, ids, mask, C) is not None  # the shared path really ran
+    keep = mask[:, -C:].bool()
+    assert torch.allclose(results[True][0][keep], results[False][0][keep], atol=1e-4)
+    assert torch.allclose(results[True][1][keep], results[False][1][keep], atol=1e-4)
+    for name, g in results[False][2].items():
+        assert torch.allclose(results[True][2][name], g, atol=1e-5, rtol=1e-3), name

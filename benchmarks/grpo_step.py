@@ -1,0 +1,141 @@
+"""GRPO step time and memory: stock TRL GRPOTrainer (environment_factory, the plain way a user configures it)
+versus agentlab's training path (our loop as rollout_func, prefix-cached generation, no gradient checkpointing),
+on the same model, LoRA, environment, prompts per step, group size, turn and token limits.
+
+    python benchmarks/grpo_step.py                 # 2 rounds x (stock, agentlab), 3 steps each (1 warm-up)
+    python benchmarks/grpo_step.py --rounds 1 --steps 2
+
+Each configuration runs in its own subprocess (so peak RSS is its own), alternating stock / agentlab / stock /
+agentlab in one run, because these machines are noisy. Writes ``benchmarks/results/grpo_step.json``.
+Run nothing else meanwhile: a second heavy process on 2 cores makes every number meaningless.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def worker(kind: str, steps: int, adapter: str | None, out: str) -> None:
+    import torch
+    from datasets import Dataset
+    from peft import PeftModel
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from agentlab.envs import load
+    from agentlab.models import load_policy
+    from agentlab.rollout import Renderer
+    from agentlab.runs import RunDir
+    from agentlab.train import (
+        Experiment,
+        _StepStats,
+        agent_trainer_class,
+        agentlab_reward,
+        grpo_config,
+        lora_config,
+        make_rollout_func,
+    )
+
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    spec = load("lookup")
+    tasks = spec.make_tasks("train", 64, seed=0)
+    exp = Experiment(name="bench", steps=steps, groups_per_step=2, group_size=4, max_turns=2,
+                     max_new_tokens=48, max_context=1024, eval_every=10_000)
+    model, tok = load_policy("smollm2-135m")
+    if adapter:
+        model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
+    renderer = Renderer(tok, spec.env_class)
+    rows = [{"prompt": renderer.messages(t), "task": t.to_json()} for t in tasks]
+    times: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            times.append(time.perf_counter() - self.t0)
+
+    peft = None if adapter else lora_config(exp.lora_r)
+    tmp = Path(out).with_suffix(".dir")
+    if kind == "stock":
+        # What a user writes from TRL's docs: environment_factory, defaults for everything we do not set.
+        args = GRPOConfig(output_dir=str(tmp), max_steps=steps, per_device_train_batch_size=8, num_generations=4,
+                          learning_rate=exp.lr, temperature=exp.temperature, max_completion_length=exp.max_context,
+                          max_tool_calling_iterations=exp.max_turns - 1, use_cpu=True, report_to=[],
+                          save_strategy="no", logging_steps=1, seed=0)
+        trainer = GRPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
+                              environment_factory=spec.env_class, peft_config=peft, callbacks=[Clock()])
+    else:
+        run = RunDir(tmp)
+        run.prepare(exp, overwrite=True)
+        args = grpo_config(exp, tmp / "ck", save_strategy="no")
+        stats = _StepStats()
+        trainer = agent_trainer_class()(
+            model=model, reward_funcs=[agentlab_reward], args=args, train_dataset=Dataset.from_list(rows),
+            processing_class=tok, peft_config=peft, rollout_func=make_rollout_func(spec, tok, tasks, exp, run, stats),
+            callbacks=[Clock()])
+    trainer.train()
+    split = {k: v for k, v in trainer._metrics["train"].items() if k.startswith("profiling")}
+    if kind == "agentlab":
+        split = {"timing_last_step": dict(trainer.timing)}
+    Path(out).write_text(json.dumps({
+        "kind": kind, "step_s": times, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
+        "gradient_checkpointing": bool(args.gradient_checkpointing), "beta": args.beta,
+        "profiling": {k: (statistics.fmean(v) if isinstance(v, list) else v) for k, v in split.items() if v},
+        "reward": trainer._metrics["train"].get("reward", [])}))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--steps", type=int, default=3, help="steps per configuration per round; the first is warm-up")
+    p.add_argument("--adapter", default=None, help="start both from this SFT adapter (recommended: tool calls)")
+    p.add_argument("--worker", choices=["stock", "agentlab"], help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.worker:
+        return worker(a.worker, a.steps, a.adapter, a.out)
+    RESULTS.mkdir(exist_ok=True)
+    runs = []
+    for r in range(a.rounds):
+        for kind in ("stock", "agentlab"):
+            out = RESULTS / f".grpo_step_{kind}_{r}.json"
+            cmd = [sys.executable, __file__, "--worker", kind, "--steps", str(a.steps), "--out", str(out)]
+            if a.adapter:
+                cmd += ["--adapter", a.adapter]
+            print(f"round {r + 1}/{a.rounds}: {kind} ...", flush=True)
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            runs.append(json.loads(out.read_text()))
+            out.unlink()
+    summary = {}
+    for kind in ("stock", "agentlab"):
+        mine = [x for x in runs if x["kind"] == kind]
+        steps = [s for x in mine for s in x["step_s"][1:]]  # drop each round's warm-up step
+        summary[kind] = {"median_step_s": statistics.median(steps), "steps_measured": len(steps),
+                         "peak_rss_gb": max(x["peak_rss_gb"] for x in mine),
+                         "gradient_checkpointing": mine[0]["gradient_checkpointing"], "beta": mine[0]["beta"],
+                         "profiling_s": mine[-1]["profiling"]}
+    summary["ratio_step_time_agentlab_over_stock"] = (summary["agentlab"]["median_step_s"]
+                                                      / summary["stock"]["median_step_s"])
+    summary["ratio_peak_rss_agentlab_over_stock"] = summary["agentlab"]["peak_rss_gb"] / summary["stock"]["peak_rss_gb"]
+    summary["config"] = vars(a) | {"prompts_per_step": 2, "group_size": 4, "max_turns": 2, "max_new_tokens": 48}
+    (RESULTS / "grpo_step.json").write_text(json.dumps(summary, indent=2))
+    print(f"{'':10s} {'median s/step':>14s} {'peak RSS GB':>12s}")
+    for kind in ("stock", "agentlab"):
+        print(f"{kind:10s} {summary[kind]['median_step_s']:14.1f} {summary[kind]['peak_rss_gb']:12.2f}")
+    print(f"ratio agentlab/stock: time {summary['ratio_step_time_agentlab_over_stock']:.2f}, "
+          f"RSS {summary['ratio_peak_rss_agentlab_over_stock']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
