@@ -1,0 +1,23 @@
+"""Every tutorial notebook runs top to bottom in smoke mode (AGENTLAB_SMOKE=1: tiny model, tiny sizes)."""
+
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_in_smoke_mode(path, tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTLAB_SMOKE", "1")
+    monkeypatch.setenv("AGENTLAB_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.read(path, as_version=4)
+    assert any("parameters" in c.metadata.get("tags", []) for c in nb.cells), "needs a parameters cell"
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors
+    assert os.environ["AGENTLAB_SMOKE"] == "1"
