@@ -16,9 +16,11 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -66,7 +68,7 @@ def worker(kind: str, steps: int, adapter: str | None, out: str) -> None:
             times.append(time.perf_counter() - self.t0)
 
     peft = None if adapter else lora_config(exp.lora_r)
-    tmp = Path(out).with_suffix(".dir")
+    tmp = Path(tempfile.mkdtemp(prefix=f"grpo_step_{kind}_"))
     if kind == "stock":
         # What a user writes from TRL's docs: environment_factory, defaults for everything we do not set.
         args = GRPOConfig(output_dir=str(tmp), max_steps=steps, per_device_train_batch_size=8, num_generations=4,
@@ -93,6 +95,7 @@ def worker(kind: str, steps: int, adapter: str | None, out: str) -> None:
         "gradient_checkpointing": bool(args.gradient_checkpointing), "beta": args.beta,
         "profiling": {k: (statistics.fmean(v) if isinstance(v, list) else v) for k, v in split.items() if v},
         "reward": trainer._metrics["train"].get("reward", [])}))
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main() -> None:
