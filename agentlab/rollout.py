@@ -15,11 +15,10 @@ Exits: ``final_answer`` (the environment's final tool ran), ``no_tool_call`` (th
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import IO
 
 from agentlab.types import EnvSpec, Episode, Task, ToolCall, ToolEnv, Turn, call_tool, tool_names
@@ -253,6 +252,7 @@ def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples:
     ``spec.make_env`` (fault injection). ``reward_fn(ep) -> (total, terms)`` replaces ``agentlab.rewards.default_reward(spec.name)``.
     ``out``: a text file; each finished episode is appended as one JSON line and flushed.
     """
+    from agentlab.evals import write_episode
     from agentlab.rewards import default_reward
 
     reward_fn = reward_fn or default_reward(spec.name)
@@ -283,8 +283,7 @@ def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples:
                 continue
             done[(finished.group, finished.sample)] = finished
             if out is not None:
-                out.write(finished.to_json() + "\n")
-                out.flush()
+                write_episode(out, finished)
             bar.update(1)
         live = still
     bar.close()
@@ -324,11 +323,3 @@ def scripted_generate_fn(renderer: Renderer, tasks: list[Task], policy) -> Gener
         return out
 
     return generate
-
-
-def episodes_to_jsonl(episodes: list[Episode]) -> str:
-    return "".join(ep.to_json() + "\n" for ep in episodes)
-
-
-def config_dict(config: LoopConfig) -> dict:
-    return json.loads(json.dumps(asdict(config)))

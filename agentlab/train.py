@@ -404,6 +404,13 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
                       "prompts_seen": state.global_step * exp.groups_per_step}
             run.append(run.metrics_file, record)
 
+        def on_train_begin(self, args, state, control, **kw):
+            # A kill can land between a checkpoint's save and its eval: evaluate the resumed checkpoint if its eval
+            # is missing (weights are loaded by now; evaluate_policy skips evals that exist).
+            if state.global_step > 0:
+                evaluate_policy(trainer.accelerator.unwrap_model(trainer.model), tok, spec, eval_tasks, exp, run,
+                                state.global_step)
+
         def on_save(self, args, state, control, model=None, **kw):
             evaluate_policy(trainer.accelerator.unwrap_model(trainer.model), tok, spec, eval_tasks, exp, run,
                             state.global_step)
