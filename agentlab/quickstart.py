@@ -12,6 +12,7 @@ held-out tasks — plus the paired GRPO − SFT difference with its CI, stage wa
 from __future__ import annotations
 
 import json
+import os
 import platform
 import resource
 import shutil
@@ -159,7 +160,7 @@ def _report(cfg, base, sft, grpo, run, timings, paired_bootstrap_ci) -> dict:
         "non_overlapping_cis": entry(grpo)["ci_low"] > entry(sft)["ci_high"],
         "timings_s": timings, "peak_rss_gb": round(_peak_rss_gb(), 2),
         "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "cpus": len(__import__("os").sched_getaffinity(0))},
+                    "cpus": len(os.sched_getaffinity(0))},
         "config": asdict(cfg),
     }
 
