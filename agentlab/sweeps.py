@@ -1,0 +1,122 @@
+"""Ablations as plain run folders: one GRPO run per setting, read back and overlaid in notebook 06.
+
+    agentlab sweep --name lr-sweep --init-adapter runs/quickstart/sft/adapter --tasks runs/quickstart/tasks \\
+        --lr 5e-5,1e-4,2e-4,5e-4,1e-3 --groups-per-step 1,2,4 --steps 8
+
+By default each axis is varied *one at a time* around the base experiment (``--mode axes``: 5 + 3 settings, the
+base shared, 7 runs) — on a CPU a full grid (``--mode grid``: 15 runs) costs twice as much for little more
+insight. Every run is an ordinary ``runs/<sweep>/<key>/`` folder written by :func:`agentlab.train.run_grpo`, so
+an interrupted sweep resumes where it stopped, finished runs are skipped, and a GPU sweep's folders read the
+same way (:func:`load_sweep` needs only the files, never a model).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from agentlab.runs import RunDir, read_jsonl
+from agentlab.train import Experiment
+
+SWEEPABLE = ("lr", "groups_per_step", "group_size", "temperature", "beta", "max_turns", "lora_r", "seed", "hint_p")
+
+
+def _fmt(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def settings(base: Experiment, axes: dict[str, list], mode: str = "axes") -> list[dict]:
+    """The settings a sweep runs, each a dict of the fields that differ from ``base`` (``{}`` is the base).
+
+    >>> settings(Experiment(lr=2e-4, groups_per_step=2), {"lr": [1e-4, 2e-4], "groups_per_step": [1, 2]})
+    [{'lr': 0.0001}, {}, {'groups_per_step': 1}]
+    """
+    bad = [k for k in axes if k not in SWEEPABLE]
+    if bad:
+        raise ValueError(f"cannot sweep {bad}; sweepable fields: {list(SWEEPABLE)}")
+    if mode not in ("axes", "grid"):
+        raise ValueError(f"mode={mode!r}; expected 'axes' (one field at a time) or 'grid' (every combination)")
+    if mode == "grid":
+        combos = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
+    else:
+        combos = [{name: v} for name, values in axes.items() for v in values]
+    out: list[dict] = []
+    for combo in combos:
+        diff = {k: v for k, v in combo.items() if getattr(base, k) != v}
+        if diff not in out:
+            out.append(diff)
+    return out
+
+
+def run_key(diff: dict) -> str:
+    """Folder name of one setting: ``base``, ``lr=0.0001`` or ``groups_per_step=4,lr=0.001``."""
+    return ",".join(f"{k}={_fmt(v)}" for k, v in sorted(diff.items())) or "base"
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    name: str
+    base: Experiment
+    runs: dict[str, Experiment]  # key -> experiment
+
+    def describe(self) -> str:
+        lines = [(f"sweep {self.name!r}: {len(self.runs)} runs of {self.base.steps} steps "
+                 f"({self.base.env}, base lr {self.base.lr:g}, {self.base.groups_per_step} x {self.base.group_size})")]
+        lines += [f"  {key}" for key in self.runs]
+        return "\n".join(lines)
+
+
+def plan(name: str, base: Experiment, axes: dict[str, list], mode: str = "axes") -> SweepPlan:
+    """Validate every experiment of the sweep before any of them starts."""
+    runs = {run_key(d): replace(base, name=f"{name}/{run_key(d)}", **d) for d in settings(base, axes, mode)}
+    return SweepPlan(name, base, runs)
+
+
+def run_sweep(sweep: SweepPlan, train_tasks, eval_tasks, init_adapter: str | Path | None = None) -> RunDir:
+    """Run each setting in turn (finished runs skipped, a half-done one resumed); write ``sweep.json``."""
+    from agentlab.train import run_grpo
+
+    root = RunDir(sweep.name)
+    root.path.mkdir(parents=True, exist_ok=True)
+    root.write_json("sweep.json", {"name": sweep.name, "base": asdict(sweep.base),
+                                   "init_adapter": str(init_adapter) if init_adapter else None,
+                                   "runs": {k: asdict(e) for k, e in sweep.runs.items()}})
+    for i, (key, exp) in enumerate(sweep.runs.items(), 1):
+        run = RunDir(exp.name)
+        if run.finished:
+            print(f"[{i}/{len(sweep.runs)}] {key}: finished, skipped", flush=True)
+            continue
+        print(f"[{i}/{len(sweep.runs)}] {key}", flush=True)
+        run_grpo(exp, train_tasks, eval_tasks, init_adapter=init_adapter, run=run)
+    return root
+
+
+def load_run(path: str | Path) -> dict:
+    """Everything a plot needs from one run folder: config, per-step metrics, checkpoint evals (sorted)."""
+    path = Path(path)
+    config = json.loads((path / "config.json").read_text())
+    metrics, _ = read_jsonl(path / "metrics.jsonl") if (path / "metrics.jsonl").exists() else ([], 0)
+    evals = sorted((json.loads(p.read_text()) for p in (path / "evals").glob("step-*.json")),
+                   key=lambda e: e["step"])
+    return {"path": str(path), "config": config, "metrics": metrics, "evals": evals,
+            "finished": (path / "DONE").exists()}
+
+
+def load_sweep(path: str | Path) -> dict[str, dict]:
+    """``{key: load_run(...)}`` for every run folder under a sweep (or any folder of run folders)."""
+    path = Path(path)
+    return {p.parent.name: load_run(p.parent) for p in sorted(path.glob("*/config.json"))}
+
+
+def select(runs: dict[str, dict], field: str, base: Experiment | dict) -> dict[str, dict]:
+    """The runs of one axis: those differing from ``base`` in ``field`` only (the base included), by value."""
+    base = asdict(base) if isinstance(base, Experiment) else base
+    keep = {}
+    for run in runs.values():
+        cfg = run["config"]
+        others = [k for k in SWEEPABLE if k != field and k in cfg and cfg[k] != base.get(k)]
+        if not others:
+            keep[_fmt(cfg[field])] = run
+    return dict(sorted(keep.items(), key=lambda kv: float(kv[0])))

