@@ -78,8 +78,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="rollout_throughput_"))
     trainer, spec, tasks, exp = make_trainer("stock", 1, a.adapter, tmp / "stock")
     model = trainer.accelerator.unwrap_model(trainer.model)
-    tok = trainer.processing_class
-    model.eval()
+    tok = trainer.processing_class  # the model stays in train mode, as during a GRPO step (no dropout in it)
     rows = trainer.train_dataset.to_list()
     results: dict[str, list] = {"trl": [], "agentlab": []}
     for r in range(a.rounds + 1):  # round 0 is warm-up
