@@ -135,8 +135,7 @@ def run_quickstart(cfg: QuickstartConfig = QuickstartConfig(), overwrite: bool =
     report["total_s"] = round(time.time() - t_start, 1)
     run.write_json("report.json", report)
     metrics = grpo_run.metrics()
-    evals = sorted((json.loads(p.read_text()) for p in grpo_run.evals_dir.glob("step-*.json")),
-                   key=lambda e: e["step"])
+    evals = grpo_run.evals()
     plot_report(report, metrics, evals, run.path / "report.png")
     _print_report(report, run)
     return report

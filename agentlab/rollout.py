@@ -100,6 +100,11 @@ class Renderer:
         return ids[: end + 1]
 
 
+def cache_of(out):
+    """The KV cache of a forward output: ``out.cache`` where the model returns one, else ``past_key_values``."""
+    return out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+
+
 def hf_generate_fn(model, tokenizer, config: LoopConfig, greedy: bool, seed: int,
                    prefix_cache: bool = True) -> GenerateFn:
     """Batched ``model.generate``; each sequence is cut after its first EOS.
@@ -122,7 +127,7 @@ def hf_generate_fn(model, tokenizer, config: LoopConfig, greedy: bool, seed: int
         if cached.get("key") != prefix:
             with torch.no_grad():
                 out = model(input_ids=torch.tensor([prefix]), use_cache=True)
-            cached.update(key=prefix, cache=out.cache if getattr(out, "cache", None) is not None else out.past_key_values)
+            cached.update(key=prefix, cache=cache_of(out))
         return copy.deepcopy(cached["cache"])
 
     def generate(seqs: list[list[int]]) -> list[list[int]]:

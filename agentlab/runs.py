@@ -98,6 +98,10 @@ class RunDir:
     def metrics(self) -> list[dict]:
         return read_jsonl(self.metrics_file)[0]
 
+    def evals(self) -> list[dict]:
+        """Checkpoint eval summaries (``evals/step-N.json``), by step."""
+        return sorted((json.loads(p.read_text()) for p in self.evals_dir.glob("step-*.json")), key=lambda e: e["step"])
+
     def truncate_after(self, step: int) -> None:
         """Keep only records with ``step <= step`` (and drop torn lines) in metrics and rollouts."""
         for file in (self.metrics_file, self.rollouts_file):

@@ -17,7 +17,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from agentlab.runs import RunDir, read_jsonl
+from agentlab.runs import RunDir
 from agentlab.train import Experiment
 
 SWEEPABLE = ("lr", "groups_per_step", "group_size", "temperature", "beta", "max_turns", "lora_r", "seed", "hint_p")
@@ -95,13 +95,10 @@ def run_sweep(sweep: SweepPlan, train_tasks, eval_tasks, init_adapter: str | Pat
 
 def load_run(path: str | Path) -> dict:
     """Everything a plot needs from one run folder: config, per-step metrics, checkpoint evals (sorted)."""
-    path = Path(path)
-    config = json.loads((path / "config.json").read_text())
-    metrics, _ = read_jsonl(path / "metrics.jsonl") if (path / "metrics.jsonl").exists() else ([], 0)
-    evals = sorted((json.loads(p.read_text()) for p in (path / "evals").glob("step-*.json")),
-                   key=lambda e: e["step"])
-    return {"path": str(path), "config": config, "metrics": metrics, "evals": evals,
-            "finished": (path / "DONE").exists()}
+    run = RunDir(Path(path).resolve())
+    metrics = run.metrics() if run.metrics_file.exists() else []
+    return {"path": str(run.path), "config": json.loads(run.config_file.read_text()), "metrics": metrics,
+            "evals": run.evals(), "finished": run.finished}
 
 
 def load_sweep(path: str | Path) -> dict[str, dict]:

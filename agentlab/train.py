@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from agentlab.rollout import LoopConfig, Renderer, run_episodes
+from agentlab.rollout import LoopConfig, Renderer, cache_of, run_episodes
 from agentlab.runs import RunDir
 from agentlab.types import Episode, Task
 
@@ -185,7 +185,7 @@ def shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep: int, c
     batch, width = input_ids.size(0), input_ids.size(1)
     prefix = rows[0][:prefix_len].unsqueeze(0)
     out = model(input_ids=prefix, use_cache=True)
-    cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+    cache = cache_of(out)
     cache.batch_repeat_interleave(batch)
     # remainder of each row: everything after (left pads + prefix), right-aligned so the scored tail lines up
     rest_width = width - int(first_real.min()) - prefix_len
