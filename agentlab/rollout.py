@@ -40,6 +40,7 @@ class LoopConfig:
     batch_size: int = 16          # episodes decoded together
     retries: int = 2              # extra attempts for a tool call that raised (environment fault)
     backoff_s: float = 0.05       # first retry delay; doubles each attempt
+    precision: str = "auto"       # decoding: "auto" (bf16 where the CPU has it, agentlab.precision), "fp32", "bf16"
 
     def __post_init__(self):
         for name in ("max_turns", "max_new_tokens", "max_context", "batch_size"):
@@ -47,6 +48,10 @@ class LoopConfig:
                 raise ValueError(f"LoopConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.temperature < 0:
             raise ValueError(f"LoopConfig.temperature must be >= 0, got {self.temperature}")
+        from agentlab.precision import PRECISIONS
+
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"LoopConfig.precision must be one of {PRECISIONS}, got {self.precision!r}")
 
 
 class Renderer:
@@ -115,11 +120,17 @@ def hf_generate_fn(model, tokenizer, config: LoopConfig, greedy: bool, seed: int
     attention mask hides the pads and position ids come from the mask, so each row computes exactly what it
     would alone (``tests/test_rollout.py`` compares against uncached generation). Weights must not change
     while this function is in use: ``run_episodes`` makes a new one per call.
+
+    Precision: ``config.precision`` "auto" decodes with a bf16 copy of the weights (LoRA merged in) on CPUs with
+    bf16 hardware (``agentlab.precision.for_generation``), fp32 ``model`` itself elsewhere.
     """
     import copy
 
     import torch
 
+    from agentlab.precision import for_generation
+
+    model = for_generation(model, config.precision)
     calls = [0]
     cached: dict = {}
 

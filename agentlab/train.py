@@ -49,6 +49,8 @@ class Experiment:
     report_to: tuple[str, ...] = ()
     hint_p: float = 0.0           # share of groups trained with enriched feedback (agentlab.hints); 0: none
     hint_switch: float = 0.5      # fraction of training with procedural guidance before enriched observations
+    precision: str = "auto"       # "auto": bf16 on GPUs and CPUs with bf16 hardware, else fp32 (agentlab.precision)
+    micro_batch: int = 0          # rollouts per forward/backward pass (gradients accumulate over a step); 0: all
 
     def __post_init__(self):
         from agentlab.envs import names
@@ -63,8 +65,12 @@ class Experiment:
         for name in ("groups_per_step", "max_turns", "max_new_tokens", "steps", "eval_every", "lora_r"):
             if getattr(self, name) < 1:
                 errors.append(f"{name}={getattr(self, name)} must be >= 1")
+        if self.micro_batch < 0:
+            errors.append(f"micro_batch={self.micro_batch} must be >= 0 (0: the whole step in one pass)")
         if not (0 <= self.hint_p <= 1 and 0 <= self.hint_switch <= 1):
             errors.append(f"hint_p={self.hint_p} and hint_switch={self.hint_switch} must lie in [0, 1]")
+        if self.precision not in ("auto", "fp32", "bf16"):
+            errors.append(f"precision={self.precision!r} unknown; expected auto, fp32 or bf16")
         if self.beta < 0 or self.temperature <= 0:
             errors.append(f"beta={self.beta} must be >= 0 and temperature={self.temperature} > 0")
         bad = set(self.report_to) - {"wandb", "trackio"}
@@ -76,7 +82,7 @@ class Experiment:
     def loop(self) -> LoopConfig:
         return LoopConfig(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
                           max_context=self.max_context, temperature=self.temperature,
-                          batch_size=self.groups_per_step * self.group_size)
+                          batch_size=self.groups_per_step * self.group_size, precision=self.precision)
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,7 @@ class SFTSettings:
     lr: float = 1e-3
     lora_r: int = 16
     seed: int = 0
+    precision: str = "auto"       # bf16 mixed precision where the hardware has it (agentlab.precision)
 
 
 def lora_config(r: int):
@@ -128,7 +135,7 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
         # Our pre-tokenized rows carry ``assistant_masks``, which SFTTrainer always applies: assistant-only loss.
         assistant_only_loss=False, save_strategy="no", report_to=list(report_to), seed=settings.seed,
         use_cpu=not _cuda(), gradient_checkpointing=False, max_length=2048, dataloader_num_workers=0,
-        disable_tqdm=False, bf16=_cuda())
+        disable_tqdm=False, bf16=_bf16(settings.precision))
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
                          peft_config=lora_config(settings.lora_r))
     t0 = time.time()
@@ -148,6 +155,13 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def _bf16(precision: str) -> bool:
+    """bf16 mixed precision (autocast, fp32 master weights) for the Trainer: GPUs, and CPUs with bf16 hardware."""
+    from agentlab.precision import resolve
+
+    return resolve(precision) == "bf16"
+
+
 # -- GRPO -----------------------------------------------------------------------------------------------------------
 
 
@@ -160,7 +174,7 @@ class _StepStats:
 
 
 def shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep: int, compute_entropy: bool = False,
-                        min_prefix: int = 16):
+                        min_prefix: int = 16, checkpoint: bool = True):
     """Per-token log-probs of the last ``logits_to_keep`` tokens, encoding the batch's shared prefix once.
 
     Why: every rollout of a step starts with the same system prompt and tool schemas (~370 of ~550 tokens on
@@ -169,6 +183,12 @@ def shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep: int, c
     each row's remainder laid out as ``pads | rest`` with explicit position ids — the same attention each row
     had alone. ``tests/test_train.py`` checks log-probs and gradients against TRL's own computation.
     Returns ``(logps_BT, entropy_BT | None)`` or ``None`` when the shared prefix is too short to bother.
+
+    ``checkpoint``: activation checkpointing of the remainder's decoder layers (each layer keeps only its input
+    and is replayed in backward). Transformers' own gradient checkpointing drops the cache, so the prefix could
+    not be shared under it; here the cache is made read-only for the remainder (``_read_only``), which makes a
+    replay see exactly the states of the first pass. Measured on the GRPO step benchmark (8 rollouts, ~200
+    tokens each after the prefix): peak RSS 5.9 -> see benchmarks/results/grpo_step.json.
     """
     import torch
 
@@ -184,9 +204,10 @@ def shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep: int, c
         return None
     batch, width = input_ids.size(0), input_ids.size(1)
     prefix = rows[0][:prefix_len].unsqueeze(0)
-    out = model(input_ids=prefix, use_cache=True)
+    out = model(input_ids=prefix, use_cache=True, logits_to_keep=1)  # only the cache is needed, not prefix logits
     cache = cache_of(out)
     cache.batch_repeat_interleave(batch)
+    _read_only(cache)
     # remainder of each row: everything after (left pads + prefix), right-aligned so the scored tail lines up
     rest_width = width - int(first_real.min()) - prefix_len
     rest_ids = torch.full((batch, rest_width), 0, dtype=input_ids.dtype)
@@ -200,11 +221,78 @@ def shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep: int, c
     labels = rest_ids.masked_fill(rest_mask == 0, -100)
     labels[:, :-logits_to_keep] = -100
     full_mask = torch.cat([torch.ones((batch, prefix_len), dtype=rest_mask.dtype), rest_mask], dim=1)
-    outputs = model(input_ids=rest_ids, attention_mask=full_mask, position_ids=positions, cache=cache,
-                    labels=labels, fused_lm_head=True, use_cache=False)
+    with _checkpointed_layers(model, checkpoint), _lm_head_chunk(LM_HEAD_CHUNK):
+        outputs = model(input_ids=rest_ids, attention_mask=full_mask, position_ids=positions, cache=cache,
+                        labels=labels, fused_lm_head=True, use_cache=False)
     logps = outputs.log_probs[:, -logits_to_keep:]
     entropy = outputs.entropy[:, -logits_to_keep:] if compute_entropy else None
     return logps, entropy
+
+
+# Vocabulary columns per tile of TRL's fused LM head. TRL's 32768 makes each CPU tile (positions x 32768, fp32)
+# ~200 MB for an 8-rollout step, and its CPU fallback makes several temporaries of that size; 8192 cut the peak of a
+# forward+backward from 3.6 to 2.4 GB at the same speed (measured on the GRPO step benchmark's batch).
+LM_HEAD_CHUNK = 8192
+
+
+class _lm_head_chunk:
+    """Set TRL's fused-LM-head tile width within the block (read when the forward runs; backward reuses it)."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __enter__(self):
+        import trl.trainer.utils as trl_utils
+
+        self.saved = trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE
+        trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = self.size
+
+    def __exit__(self, *exc):
+        import trl.trainer.utils as trl_utils
+
+        trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = self.saved
+
+
+def _read_only(cache) -> None:
+    """Make ``cache`` return (cached + new) keys and values without storing the new ones, so a decoder layer can
+    run twice (activation checkpointing replays it in backward) and read the same states both times."""
+    import torch
+
+    def update(key_states, value_states, layer_idx, *args, **kwargs):
+        layer = cache.layers[layer_idx]
+        return torch.cat([layer.keys, key_states], dim=-2), torch.cat([layer.values, value_states], dim=-2)
+
+    cache.update = update
+
+
+class _checkpointed_layers:
+    """Within the block, decoder layers (transformers' ``GradientCheckpointingLayer``) run under non-reentrant
+    activation checkpointing even with a (read-only) cache; their own settings come back afterwards. A no-op
+    without gradients or in eval mode (the layer checks both)."""
+
+    def __init__(self, model, enabled: bool = True):
+        from transformers.modeling_layers import GradientCheckpointingLayer
+
+        self.layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)] if enabled else []
+
+    def __enter__(self):
+        from functools import partial
+
+        from torch.utils.checkpoint import checkpoint
+
+        self.saved = [(layer, dict(layer.__dict__)) for layer in self.layers]
+        for layer in self.layers:
+            layer.gradient_checkpointing = True
+            layer._can_checkpoint_with_cache = True  # our cache is read-only: the replay reads the same states
+            layer._gradient_checkpointing_func = partial(checkpoint, use_reentrant=False)
+
+    def __exit__(self, *exc):
+        for layer, state in self.saved:
+            for key in ("gradient_checkpointing", "_can_checkpoint_with_cache", "_gradient_checkpointing_func"):
+                if key in state:
+                    layer.__dict__[key] = state[key]
+                else:
+                    layer.__dict__.pop(key, None)
 
 
 def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: RunDir, stats: _StepStats):
@@ -295,18 +383,33 @@ def grpo_config(exp: Experiment, output_dir: Path, **overrides):
 def grpo_kwargs(exp: Experiment, output_dir: Path, **overrides) -> dict:
     """GRPOConfig keyword arguments (a dict, so CPU tests can check the GPU values without CUDA)."""
     batch = exp.groups_per_step * exp.group_size
+    micro = micro_batch_size(batch, exp.micro_batch)
     kwargs = dict(
         output_dir=str(output_dir), max_steps=exp.steps, learning_rate=exp.lr, lr_scheduler_type="constant",
-        warmup_steps=0, per_device_train_batch_size=batch, gradient_accumulation_steps=1,
+        # One generation of the whole step's rollouts, then forward/backward in `micro`-row passes whose gradients
+        # accumulate into one optimiser step (TRL splits the generation batch; the loss is normalised over it).
+        warmup_steps=0, per_device_train_batch_size=micro, gradient_accumulation_steps=batch // micro,
+        steps_per_generation=batch // micro,
         num_generations=exp.group_size, beta=exp.beta, temperature=exp.temperature,
         max_completion_length=exp.max_context, logging_steps=1, save_strategy="steps", save_steps=exp.eval_every,
-        report_to=list(exp.report_to), seed=exp.seed, use_cpu=not _cuda(), bf16=_cuda(),
+        report_to=list(exp.report_to), seed=exp.seed, use_cpu=not _cuda(), bf16=_bf16(exp.precision),
         # On CPU with a 135M model memory is plentiful and recomputation costs ~30% of the step: off.
         gradient_checkpointing=False, dataloader_num_workers=0, shuffle_dataset=True, disable_tqdm=False,
         log_completions=False, save_only_model=False,
     )
     kwargs.update(overrides)
     return kwargs
+
+
+def micro_batch_size(batch: int, limit: int) -> int:
+    """Rows per forward/backward pass: the largest divisor of ``batch`` that is at most ``limit`` (0: ``batch``).
+
+    >>> micro_batch_size(8, 4), micro_batch_size(12, 8), micro_batch_size(8, 0)
+    (4, 6, 8)
+    """
+    if limit <= 0 or limit >= batch:
+        return batch
+    return max(d for d in range(1, limit + 1) if batch % d == 0)
 
 
 _TRAINER_CLASS = None
@@ -327,13 +430,17 @@ def agent_trainer_class():
 
         def __init__(self, *a, **k):
             self.timing: dict[str, float] = {}
+            self._timed_step = -1
             super().__init__(*a, **k)
 
         def training_step(self, *a, **k):
-            self.timing.clear()
+            # called once per micro-batch: the step's timings add up over its micro-batches
+            if self._timed_step != self.state.global_step:
+                self.timing.clear()
+                self._timed_step = self.state.global_step
             t0 = time.perf_counter()
             out = super().training_step(*a, **k)
-            self.timing["step_s"] = time.perf_counter() - t0
+            self.timing["step_s"] = self.timing.get("step_s", 0) + time.perf_counter() - t0
             return out
 
         def _prepare_inputs(self, *a, **k):

@@ -1,5 +1,7 @@
 """GRPO step time and memory: stock TRL GRPOTrainer (environment_factory, the plain way a user configures it)
-versus agentlab's training path (our loop as rollout_func, prefix-cached generation, no gradient checkpointing),
+versus agentlab's training path (our loop as rollout_func, prefix-cached generation from a bf16 copy where the CPU
+has bf16 hardware, shared-prefix forward with the remainder's layers checkpointed; TRL's own gradient checkpointing
+off — stock TRL has it on, and both use TRL's default bf16 autocast where ``precision`` resolves to bf16),
 on the same model, LoRA, environment, prompts per step, group size, turn and token limits.
 
     python benchmarks/grpo_step.py                 # 2 rounds x (stock, agentlab), 3 steps each (1 warm-up)
@@ -27,7 +29,7 @@ from pathlib import Path
 RESULTS = Path(__file__).parent / "results"
 
 
-def make_trainer(kind: str, steps: int, adapter: str | None, tmp: Path, callbacks=()):
+def make_trainer(kind: str, steps: int, adapter: str | None, tmp: Path, callbacks=(), **overrides):
     """The two trainers compared: ``stock`` (TRL's GRPOTrainer with environment_factory, as TRL's docs configure
     it) or ``agentlab`` (our rollout_func path). Returns ``(trainer, spec, tasks, exp)``; also used by
     ``rollout_throughput.py``."""
@@ -54,7 +56,7 @@ def make_trainer(kind: str, steps: int, adapter: str | None, tmp: Path, callback
     spec = load("lookup")
     tasks = spec.make_tasks("train", 64, seed=0)
     exp = Experiment(name="bench", steps=steps, groups_per_step=2, group_size=4, max_turns=2,
-                     max_new_tokens=48, max_context=1024, eval_every=10_000)
+                     max_new_tokens=48, max_context=1024, eval_every=10_000, **overrides)
     model, tok = load_policy("smollm2-135m")
     if adapter:
         model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
@@ -102,7 +104,8 @@ def worker(kind: str, steps: int, adapter: str | None, out: str) -> None:
         split = {"timing_last_step": dict(trainer.timing)}
     Path(out).write_text(json.dumps({
         "kind": kind, "step_s": times, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
-        "gradient_checkpointing": bool(args.gradient_checkpointing), "beta": args.beta,
+        "gradient_checkpointing": bool(args.gradient_checkpointing), "beta": args.beta, "bf16": bool(args.bf16),
+        "micro_batch": args.per_device_train_batch_size,
         "profiling": {k: (statistics.fmean(v) if isinstance(v, list) else v) for k, v in split.items() if v},
         "reward": trainer._metrics["train"].get("reward", [])}))
     shutil.rmtree(tmp, ignore_errors=True)
@@ -137,6 +140,7 @@ def main() -> None:
         summary[kind] = {"median_step_s": statistics.median(steps), "steps_measured": len(steps),
                          "peak_rss_gb": max(x["peak_rss_gb"] for x in mine),
                          "gradient_checkpointing": mine[0]["gradient_checkpointing"], "beta": mine[0]["beta"],
+                         "bf16": mine[0].get("bf16"), "micro_batch": mine[0].get("micro_batch"),
                          "profiling_s": mine[-1]["profiling"]}
     summary["ratio_step_time_agentlab_over_stock"] = (summary["agentlab"]["median_step_s"]
                                                       / summary["stock"]["median_step_s"])

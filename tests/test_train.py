@@ -179,7 +179,7 @@ def test_shared_prefix_forward_matches_trl_logps_and_gradients(tiny, tmp_path):
                          for p, c in zip(prompts, comps)])
     rows = [{"prompt": renderer.messages(t), "task": t.to_json()} for t in tasks]
     trainer = agent_trainer_class()(model=model, reward_funcs=[agentlab_reward], train_dataset=Dataset.from_list(rows),
-                                    args=grpo_config(Experiment(model="tiny-random"), tmp_path), processing_class=tok)
+                                    args=grpo_config(Experiment(model="tiny-random", precision="fp32"), tmp_path), processing_class=tok)
     results = {}
     for shared in (False, True):
         trainer.shared_prefix = shared
