@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 def main() -> None:
+    from common import adapter_or_quickstart
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--env", default="lookup")
     p.add_argument("--adapter", default=None)
@@ -26,6 +30,7 @@ def main() -> None:
     p.add_argument("--max-turns", type=int, default=3)
     p.add_argument("--max-new-tokens", type=int, default=48)
     a = p.parse_args()
+    a.adapter = adapter_or_quickstart(a.adapter)
 
     from agentlab.envs import load
     from agentlab.evals import summarize

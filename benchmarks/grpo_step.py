@@ -1,11 +1,15 @@
 """GRPO step time and memory: stock TRL GRPOTrainer (environment_factory, the plain way a user configures it)
 versus agentlab's training path (our loop as rollout_func, prefix-cached generation from a bf16 copy where the CPU
 has bf16 hardware, shared-prefix forward with the remainder's layers checkpointed; TRL's own gradient checkpointing
-off — stock TRL has it on, and both use TRL's default bf16 autocast where ``precision`` resolves to bf16),
+off — stock TRL has it on; stock runs TRL's default ``bf16=True`` autocast, agentlab does where its ``precision``
+resolves to bf16),
 on the same model, LoRA, environment, prompts per step, group size, turn and token limits.
 
     python benchmarks/grpo_step.py                 # 2 rounds x (stock, agentlab), 3 steps each (1 warm-up)
     python benchmarks/grpo_step.py --rounds 1 --steps 2
+    python benchmarks/grpo_step.py --kinds agentlab,agentlab:precision=fp32   # ablations of our own path
+
+Without ``--adapter`` both start from the quickstart's SFT adapter when it exists (so episodes call tools).
 
 Each configuration runs in its own subprocess (so peak RSS is its own), alternating stock / agentlab / stock /
 agentlab in one run, because these machines are noisy. Writes ``benchmarks/results/grpo_step.json``.
@@ -27,6 +31,7 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 def make_trainer(kind: str, steps: int, adapter: str | None, tmp: Path, callbacks=(), **overrides):
@@ -83,6 +88,18 @@ def make_trainer(kind: str, steps: int, adapter: str | None, tmp: Path, callback
     return trainer, spec, tasks, exp
 
 
+def parse_kind(kind: str) -> tuple[str, dict]:
+    """``"agentlab:precision=fp32;micro_batch=4"`` -> ``("agentlab", {"precision": "fp32", "micro_batch": 4})``."""
+    name, _, rest = kind.partition(":")
+    if name not in ("stock", "agentlab") or (rest and name == "stock"):
+        raise SystemExit(f"bad kind {kind!r}: expected stock, agentlab or agentlab:field=value;field=value")
+    overrides = {}
+    for item in filter(None, rest.split(";")):
+        key, _, value = item.partition("=")
+        overrides[key] = int(value) if value.isdigit() else value
+    return name, overrides
+
+
 def worker(kind: str, steps: int, adapter: str | None, out: str) -> None:
     from transformers import TrainerCallback
 
@@ -95,12 +112,13 @@ def worker(kind: str, steps: int, adapter: str | None, out: str) -> None:
         def on_step_end(self, *a, **k):
             times.append(time.perf_counter() - self.t0)
 
-    tmp = Path(tempfile.mkdtemp(prefix=f"grpo_step_{kind}_"))
-    trainer, _, _, _ = make_trainer(kind, steps, adapter, tmp, [Clock()])
+    name, overrides = parse_kind(kind)
+    tmp = Path(tempfile.mkdtemp(prefix=f"grpo_step_{name}_"))
+    trainer, _, _, _ = make_trainer(name, steps, adapter, tmp, [Clock()], **overrides)
     args = trainer.args
     trainer.train()
     split = {k: v for k, v in trainer._metrics["train"].items() if k.startswith("profiling")}
-    if kind == "agentlab":
+    if name == "agentlab":
         split = {"timing_last_step": dict(trainer.timing)}
     Path(out).write_text(json.dumps({
         "kind": kind, "step_s": times, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
@@ -112,20 +130,30 @@ def worker(kind: str, steps: int, adapter: str | None, out: str) -> None:
 
 
 def main() -> None:
+    from common import adapter_or_quickstart
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--steps", type=int, default=3, help="steps per configuration per round; the first is warm-up")
-    p.add_argument("--adapter", default=None, help="start both from this SFT adapter (recommended: tool calls)")
-    p.add_argument("--worker", choices=["stock", "agentlab"], help=argparse.SUPPRESS)
+    p.add_argument("--adapter", default=None, help="start from this SFT adapter (default: the quickstart's)")
+    p.add_argument("--kinds", default="stock,agentlab",
+                   help="configurations, alternated in each round: stock, agentlab, agentlab:field=value;...")
+    p.add_argument("--out-name", default=None, help="result file name (default grpo_step.json, or "
+                   "grpo_step_ablation.json when --kinds is not the default)")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
         return worker(a.worker, a.steps, a.adapter, a.out)
+    kinds = a.kinds.split(",")
+    for kind in kinds:
+        parse_kind(kind)  # refuse a bad kind before any run starts
+    a.adapter = adapter_or_quickstart(a.adapter)
     RESULTS.mkdir(exist_ok=True)
     runs = []
     for r in range(a.rounds):
-        for kind in ("stock", "agentlab"):
-            out = RESULTS / f".grpo_step_{kind}_{r}.json"
+        for i, kind in enumerate(kinds):
+            out = RESULTS / f".grpo_step_{i}_{r}.json"
             cmd = [sys.executable, __file__, "--worker", kind, "--steps", str(a.steps), "--out", str(out)]
             if a.adapter:
                 cmd += ["--adapter", a.adapter]
@@ -134,7 +162,7 @@ def main() -> None:
             runs.append(json.loads(out.read_text()))
             out.unlink()
     summary = {}
-    for kind in ("stock", "agentlab"):
+    for kind in kinds:
         mine = [x for x in runs if x["kind"] == kind]
         steps = [s for x in mine for s in x["step_s"][1:]]  # drop each round's warm-up step
         summary[kind] = {"median_step_s": statistics.median(steps), "steps_measured": len(steps),
@@ -142,16 +170,21 @@ def main() -> None:
                          "gradient_checkpointing": mine[0]["gradient_checkpointing"], "beta": mine[0]["beta"],
                          "bf16": mine[0].get("bf16"), "micro_batch": mine[0].get("micro_batch"),
                          "profiling_s": mine[-1]["profiling"]}
-    summary["ratio_step_time_agentlab_over_stock"] = (summary["agentlab"]["median_step_s"]
-                                                      / summary["stock"]["median_step_s"])
-    summary["ratio_peak_rss_agentlab_over_stock"] = summary["agentlab"]["peak_rss_gb"] / summary["stock"]["peak_rss_gb"]
+    first = kinds[0]
+    for kind in kinds[1:]:
+        summary[f"ratio_step_time_{kind}_over_{first}"] = summary[kind]["median_step_s"] / summary[first]["median_step_s"]
+        summary[f"ratio_peak_rss_{kind}_over_{first}"] = summary[kind]["peak_rss_gb"] / summary[first]["peak_rss_gb"]
     summary["config"] = vars(a) | {"prompts_per_step": 2, "group_size": 4, "max_turns": 2, "max_new_tokens": 48}
-    (RESULTS / "grpo_step.json").write_text(json.dumps(summary, indent=2))
-    print(f"{'':10s} {'median s/step':>14s} {'peak RSS GB':>12s}")
-    for kind in ("stock", "agentlab"):
-        print(f"{kind:10s} {summary[kind]['median_step_s']:14.1f} {summary[kind]['peak_rss_gb']:12.2f}")
-    print(f"ratio agentlab/stock: time {summary['ratio_step_time_agentlab_over_stock']:.2f}, "
-          f"RSS {summary['ratio_peak_rss_agentlab_over_stock']:.2f}")
+    default = a.kinds == p.get_default("kinds")
+    name = a.out_name or ("grpo_step.json" if default else "grpo_step_ablation.json")
+    (RESULTS / name).write_text(json.dumps(summary, indent=2))
+    width = max(map(len, kinds)) + 2
+    print(f"{'':{width}s} {'median s/step':>14s} {'peak RSS GB':>12s}  (ratios to {first})")
+    for kind in kinds:
+        ratio = "" if kind == first else (f"  time {summary[f'ratio_step_time_{kind}_over_{first}']:.2f}, "
+                                          f"RSS {summary[f'ratio_peak_rss_{kind}_over_{first}']:.2f}")
+        print(f"{kind:{width}s} {summary[kind]['median_step_s']:14.1f} {summary[kind]['peak_rss_gb']:12.2f}{ratio}")
+    print(f"wrote {RESULTS / name}")
 
 
 if __name__ == "__main__":

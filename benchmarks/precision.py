@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 def main() -> None:
+    from common import adapter_or_quickstart
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--env", default="lookup")
     p.add_argument("--adapter", default=None)
@@ -27,6 +31,7 @@ def main() -> None:
     p.add_argument("--max-turns", type=int, default=3)
     p.add_argument("--max-new-tokens", type=int, default=64)
     a = p.parse_args()
+    a.adapter = adapter_or_quickstart(a.adapter)
 
     import torch
 
@@ -39,7 +44,7 @@ def main() -> None:
 
     _threads()
     spec = load(a.env)
-    tasks = spec.make_tasks("val", a.n, seed=0)
+    tasks = spec.make_tasks("validation", a.n, seed=0)
     model, tok = load_policy("smollm2-135m", adapter=a.adapter)
     runs, episodes = {}, {}
     for precision in ("fp32", "bf16"):

@@ -67,6 +67,7 @@ def llama_cpp_single_stream(prompts: list[str], max_tokens: int) -> dict:
 
 
 def main() -> None:
+    from common import adapter_or_quickstart
     from grpo_step import make_trainer
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -74,6 +75,7 @@ def main() -> None:
     p.add_argument("--groups", type=int, default=2, help="prompts per round (each sampled G times)")
     p.add_argument("--rounds", type=int, default=3, help="measured rounds per engine after one warm-up round")
     a = p.parse_args()
+    a.adapter = adapter_or_quickstart(a.adapter)
 
     tmp = Path(tempfile.mkdtemp(prefix="rollout_throughput_"))
     trainer, spec, tasks, exp = make_trainer("stock", 1, a.adapter, tmp / "stock")

@@ -21,3 +21,29 @@ def tiny():
     from agentlab.models import load_policy
 
     return load_policy("tiny-random")
+
+
+@pytest.fixture(scope="session")
+def scripted_batch():
+    """``make(tok, tasks) -> (input_ids, attention_mask, completion_width)``: two scripted ``lookup`` episodes per
+    task laid out as GRPOTrainer lays out a batch (prompts left-padded, completions right-padded)."""
+
+    def make(tok, tasks):
+        import torch
+
+        from agentlab.envs import load
+        from agentlab.rollout import Renderer, run_episodes, scripted_generate_fn
+
+        spec = load("lookup")
+        renderer = Renderer(tok, spec.env_class)
+        eps = run_episodes(None, tok, spec, tasks, samples=2, progress=False,
+                           generate_fn=scripted_generate_fn(renderer, tasks, spec.random_policy))
+        prompts = [e.tokens["prompt_ids"] for e in eps]
+        comps = [e.tokens["completion_ids"] for e in eps]
+        P, C = max(map(len, prompts)), max(map(len, comps))
+        ids = torch.tensor([[0] * (P - len(p)) + p + c + [0] * (C - len(c)) for p, c in zip(prompts, comps)])
+        mask = torch.tensor([[0] * (P - len(p)) + [1] * (len(p) + len(c)) + [0] * (C - len(c))
+                             for p, c in zip(prompts, comps)])
+        return ids, mask, C
+
+    return make

@@ -4,7 +4,6 @@ model computes from scratch in fp32, with the tolerance stated."""
 import pytest
 
 from agentlab.envs import load
-from agentlab.rollout import Renderer, run_episodes, scripted_generate_fn
 
 SPEC = load("lookup")
 
@@ -84,22 +83,7 @@ def test_bf16_generation_copy_is_close_to_fp32(tiny):
     assert (got - ref).abs().max() < 0.05
 
 
-def _batch(tok, tasks):
-    import torch
-
-    renderer = Renderer(tok, SPEC.env_class)
-    eps = run_episodes(None, tok, SPEC, tasks, samples=2, progress=False,
-                       generate_fn=scripted_generate_fn(renderer, tasks, SPEC.random_policy))
-    prompts = [e.tokens["prompt_ids"] for e in eps]
-    comps = [e.tokens["completion_ids"] for e in eps]
-    P, C = max(map(len, prompts)), max(map(len, comps))
-    ids = torch.tensor([[0] * (P - len(p)) + p + c + [0] * (C - len(c)) for p, c in zip(prompts, comps)])
-    mask = torch.tensor([[0] * (P - len(p)) + [1] * (len(p) + len(c)) + [0] * (C - len(c))
-                         for p, c in zip(prompts, comps)])
-    return ids, mask, C
-
-
-def test_checkpointed_bf16_training_forward_matches_fp32_from_scratch(tiny):
+def test_checkpointed_bf16_training_forward_matches_fp32_from_scratch(tiny, scripted_batch):
     """The training forward as GRPO runs it on a bf16 CPU — shared prefix, checkpointed layers, autocast — gives
     the per-token log-probs of the plain fp32 forward within 0.02 nats, and checkpointing alone changes nothing
     (fp32: log-probs 1e-5, gradients 1e-5 absolute / 1e-3 relative)."""
@@ -109,7 +93,7 @@ def test_checkpointed_bf16_training_forward_matches_fp32_from_scratch(tiny):
 
     model, tok = _lora_model(tiny)
     model.train()
-    ids, mask, C = _batch(tok, SPEC.make_tasks("train", 3, seed=4))
+    ids, mask, C = scripted_batch(tok, SPEC.make_tasks("train", 3, seed=4))
     keep = mask[:, -C:].bool()
 
     def run(checkpoint: bool, bf16: bool):

@@ -153,7 +153,7 @@ def test_tracking_is_opt_in_and_wandb_defaults_to_offline(tmp_path, monkeypatch)
     assert os.environ["WANDB_MODE"] == "offline"
 
 
-def test_shared_prefix_forward_matches_trl_logps_and_gradients(tiny, tmp_path):
+def test_shared_prefix_forward_matches_trl_logps_and_gradients(tiny, tmp_path, scripted_batch):
     """The shared-prefix forward computes the same per-token log-probs and LoRA gradients as TRL's own."""
     import torch
     from datasets import Dataset
@@ -169,14 +169,7 @@ def test_shared_prefix_forward_matches_trl_logps_and_gradients(tiny, tmp_path):
                 p.normal_(0, 0.05)
     tasks = SPEC.make_tasks("train", 3, seed=9)
     renderer = Renderer(tok, SPEC.env_class)
-    eps = run_episodes(None, tok, SPEC, tasks, samples=2, progress=False,
-                       generate_fn=scripted_generate_fn(renderer, tasks, SPEC.random_policy))
-    prompts = [e.tokens["prompt_ids"] for e in eps]
-    comps = [e.tokens["completion_ids"] for e in eps]
-    P, C = max(map(len, prompts)), max(map(len, comps))
-    ids = torch.tensor([[0] * (P - len(p)) + p + c + [0] * (C - len(c)) for p, c in zip(prompts, comps)])
-    mask = torch.tensor([[0] * (P - len(p)) + [1] * (len(p) + len(c)) + [0] * (C - len(c))
-                         for p, c in zip(prompts, comps)])
+    ids, mask, C = scripted_batch(tok, tasks)
     rows = [{"prompt": renderer.messages(t), "task": t.to_json()} for t in tasks]
     trainer = agent_trainer_class()(model=model, reward_funcs=[agentlab_reward], train_dataset=Dataset.from_list(rows),
                                     args=grpo_config(Experiment(model="tiny-random", precision="fp32"), tmp_path), processing_class=tok)
