@@ -19,6 +19,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 
+from agentlab.precision import resolve
 from agentlab.rollout import LoopConfig
 from agentlab.runs import RunDir
 from agentlab.train import Experiment, SFTSettings
@@ -159,7 +160,7 @@ def _report(cfg, base, sft, grpo, run, timings, paired_bootstrap_ci) -> dict:
         "non_overlapping_cis": entry(grpo)["ci_low"] > entry(sft)["ci_high"],
         "timings_s": timings, "peak_rss_gb": round(_peak_rss_gb(), 2),
         "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "cpus": len(os.sched_getaffinity(0))},
+                    "cpus": len(os.sched_getaffinity(0)), "precision": resolve("auto")},
         "config": asdict(cfg),
     }
 
@@ -172,5 +173,6 @@ def _print_report(report: dict, run: RunDir) -> None:
     d = report["grpo_minus_sft"]
     print(f"GRPO - SFT (paired over the same tasks): {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]")
     print("stage times: " + ", ".join(f"{k} {v:.0f}s" for k, v in report["timings_s"].items()))
-    print(f"peak RSS {report['peak_rss_gb']:.1f} GB, total {report['total_s']:.0f} s")
+    print(f"peak RSS {report['peak_rss_gb']:.1f} GB, total {report['total_s']:.0f} s, "
+          f"precision {report['machine'].get('precision', 'fp32')}")
     print(f"-> {run.path / 'report.json'} and {run.path / 'report.png'}")

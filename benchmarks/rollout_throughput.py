@@ -7,8 +7,11 @@ Compares, alternating in one run on the same model + LoRA adapter, prompts, G, t
                    (``_generate_and_score_completions``: transformers ``generate`` per turn on the re-tokenised
                    conversation, tools executed by TRL);
   * ``agentlab`` — our loop (``run_episodes``: batched, prefix KV cache, the same environment);
-  * ``llama.cpp`` — single-stream decoding of the same GGUF with ``llama-cpp-python``, when installed (the CPU
-                   ceiling; it is not a dependency: it compiles for ~17 min). Without it the row says so.
+  * ``llama.cpp`` — single-stream decoding of the same GGUF (Q4_1) with ``llama-cpp-python``, when installed (the
+                   CPU ceiling; not a dependency: it compiles, ~5 min on 2 cores). On our AMX VM the default
+                   native build died with SIGILL; this one works there:
+                   CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" pip install llama-cpp-python
+                   Without it the row says so.
 Tokens counted are the ones the model generated (tool results excluded). Writes
 ``benchmarks/results/rollout_throughput.json``. Run nothing else meanwhile.
 """
