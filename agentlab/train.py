@@ -192,7 +192,11 @@ def shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep: int, c
     tokens each after the prefix, bf16): peak RSS 5.9 GB without, 4.3 GB with; 3.3 GB with ``LM_HEAD_CHUNK`` too.
     """
     import torch
+    from transformers.modeling_layers import GradientCheckpointingLayer
 
+    if not any(isinstance(m, GradientCheckpointingLayer) for m in model.modules()) and getattr(
+            model, "is_activation_checkpointing", False):
+        return None  # checkpointing we cannot steer would drop the prefix cache: TRL's own forward is the safe one
     rows = [ids[m.bool()] for ids, m in zip(input_ids, attention_mask, strict=True)]
     first_real = (attention_mask.cumsum(1) == 0).sum(1)  # left pads per row
     shortest = min(len(r) for r in rows)
@@ -205,7 +209,10 @@ def shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep: int, c
         return None
     batch, width = input_ids.size(0), input_ids.size(1)
     prefix = rows[0][:prefix_len].unsqueeze(0)
-    out = model(input_ids=prefix, use_cache=True, logits_to_keep=1)  # only the cache is needed, not prefix logits
+    # The prefix must fill the cache: transformers' gradient checkpointing (on in the GPU recipe) would drop it and
+    # silently score every remainder without its prefix. One row: its activations are cheap to keep.
+    with _checkpointed_layers(model, False):
+        out = model(input_ids=prefix, use_cache=True, logits_to_keep=1)  # only the cache, not prefix logits
     cache = cache_of(out)
     cache.batch_repeat_interleave(batch)
     _read_only(cache)
@@ -263,27 +270,33 @@ def _read_only(cache) -> None:
 @contextmanager
 def _checkpointed_layers(model, enabled: bool = True):
     """Within the block, decoder layers (transformers' ``GradientCheckpointingLayer``) run under non-reentrant
-    activation checkpointing even with a (read-only) cache; their own settings come back afterwards. A no-op
-    without gradients or in eval mode (the layer checks both)."""
+    activation checkpointing even with a (read-only) cache if ``enabled``, and without checkpointing otherwise,
+    whatever the model's own setting; their own settings come back afterwards. Checkpointing only acts with
+    gradients in train mode (the layer checks both)."""
     from functools import partial
 
     from torch.utils.checkpoint import checkpoint
     from transformers.modeling_layers import GradientCheckpointingLayer
 
-    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)] if enabled else []
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    # the backbone's own flag only turns use_cache off (and with it the prefix cache): off inside the block
+    backbones = [m for m in model.modules() if isinstance(m.__dict__.get("gradient_checkpointing"), bool)
+                 and not isinstance(m, GradientCheckpointingLayer)]
     keys = ("gradient_checkpointing", "_can_checkpoint_with_cache", "_gradient_checkpointing_func")
-    saved = [{k: layer.__dict__[k] for k in keys if k in layer.__dict__} for layer in layers]
+    saved = [(m, {k: m.__dict__[k] for k in keys if k in m.__dict__}) for m in layers + backbones]
     for layer in layers:
-        layer.gradient_checkpointing = True
+        layer.gradient_checkpointing = enabled
         layer._can_checkpoint_with_cache = True  # our cache is read-only: the replay reads the same states
         layer._gradient_checkpointing_func = partial(checkpoint, use_reentrant=False)
+    for backbone in backbones:
+        backbone.gradient_checkpointing = False
     try:
         yield
     finally:
-        for layer, state in zip(layers, saved, strict=True):
+        for module, state in saved:
             for key in keys:
-                layer.__dict__.pop(key, None)
-            layer.__dict__.update(state)
+                module.__dict__.pop(key, None)
+            module.__dict__.update(state)
 
 
 def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: RunDir, stats: _StepStats):

@@ -130,3 +130,27 @@ def test_micro_batches_divide_the_step():
     assert (kw["per_device_train_batch_size"], kw["gradient_accumulation_steps"], kw["steps_per_generation"]) == (4, 2, 2)
     with pytest.raises(ValueError, match="micro_batch"):
         Experiment(micro_batch=-1)
+
+
+def test_shared_prefix_survives_transformers_gradient_checkpointing(tiny, scripted_batch):
+    """The GPU recipe turns on transformers' gradient checkpointing, which drops any KV cache passed to a layer:
+    the shared prefix must still be encoded and seen (log-probs = the from-scratch forward's, fp32, 1e-4), and the
+    model's own checkpointing setting must be back afterwards."""
+    import torch
+
+    from agentlab.train import shared_prefix_logps
+
+    model, tok = _lora_model(tiny)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    ids, mask, C = scripted_batch(tok, SPEC.make_tasks("train", 3, seed=5))
+    keep = mask[:, -C:].bool()
+    logps, _ = shared_prefix_logps(model, ids, mask, C)
+    logps.sum().backward()  # the checkpointed replay runs too
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, fused_lm_head=False).logits[:, -C - 1:-1]
+        scratch = logits.log_softmax(-1).gather(-1, ids[:, -C:, None])[..., 0]
+    assert torch.allclose(logps.detach()[keep], scratch[keep], atol=1e-4)
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    assert all(m.gradient_checkpointing for m in model.modules() if isinstance(m, GradientCheckpointingLayer))
