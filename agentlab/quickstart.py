@@ -1,6 +1,6 @@
 """The CPU quickstart: synthesise → evaluate base → SFT → evaluate → GRPO → evaluate → report.
 
-    agentlab quickstart            # (make quickstart) the real run, shipped SmolLM2-135M, ~20 min on 2 cores
+    agentlab quickstart            # (make quickstart) the real run, shipped SmolLM2-135M, 8-15 min on 2 cores
     agentlab quickstart --smoke    # tiny random model and sizes: the pipeline end to end in about a minute
 
 Every stage writes into ``runs/<name>/`` and is skipped when its output already exists, so an interrupted
