@@ -57,8 +57,6 @@ class _MergedCopy:
     def __init__(self, model, dtype):
         import copy
 
-        import torch
-
         self.lora = _lora_layers(model)
         source = model.get_base_model() if self.lora is not None else model
         self.model = copy.deepcopy(model).merge_and_unload() if self.lora is not None else copy.deepcopy(model)
@@ -73,11 +71,10 @@ class _MergedCopy:
         # trainable weights that are not LoRA factors (modules_to_save, full fine-tuning) are copied on each sync
         self.trainable = [(name, p) for name, p in source.named_parameters()
                           if p.requires_grad and "lora_" not in name and name in self.params]
-        self.dtype = dtype
-        self._torch = torch
 
     def sync(self, model):
-        torch = self._torch
+        import torch
+
         with torch.no_grad():
             for name, layer in (self.lora or {}).items():
                 weight = layer.get_base_layer().weight

@@ -70,8 +70,10 @@ class Experiment:
             errors.append(f"micro_batch={self.micro_batch} must be >= 0 (0: the whole step in one pass)")
         if not (0 <= self.hint_p <= 1 and 0 <= self.hint_switch <= 1):
             errors.append(f"hint_p={self.hint_p} and hint_switch={self.hint_switch} must lie in [0, 1]")
-        if self.precision not in ("auto", "fp32", "bf16"):
-            errors.append(f"precision={self.precision!r} unknown; expected auto, fp32 or bf16")
+        from agentlab.precision import PRECISIONS
+
+        if self.precision not in PRECISIONS:
+            errors.append(f"precision={self.precision!r} unknown; expected one of {PRECISIONS}")
         if self.beta < 0 or self.temperature <= 0:
             errors.append(f"beta={self.beta} must be >= 0 and temperature={self.temperature} > 0")
         bad = set(self.report_to) - {"wandb", "trackio"}
@@ -397,7 +399,8 @@ def grpo_kwargs(exp: Experiment, output_dir: Path, **overrides) -> dict:
         num_generations=exp.group_size, beta=exp.beta, temperature=exp.temperature,
         max_completion_length=exp.max_context, logging_steps=1, save_strategy="steps", save_steps=exp.eval_every,
         report_to=list(exp.report_to), seed=exp.seed, use_cpu=not _cuda(), bf16=_bf16(exp.precision),
-        # On CPU with a 135M model memory is plentiful and recomputation costs ~30% of the step: off.
+        # Transformers' checkpointing would drop the shared prefix's cache; shared_prefix_logps checkpoints the
+        # remainder's layers itself (over a read-only cache). The GPU recipe turns this on; that path is handled.
         gradient_checkpointing=False, dataloader_num_workers=0, shuffle_dataset=True, disable_tqdm=False,
         log_completions=False, save_only_model=False,
     )

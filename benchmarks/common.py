@@ -1,6 +1,12 @@
-"""Shared by the benchmark scripts: which SFT adapter to start from."""
+"""Shared by the benchmark scripts: which SFT adapter to start from, the greedy-eval setup, writing results."""
 
 from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
 
 
 def adapter_or_quickstart(adapter: str | None) -> str | None:
@@ -16,3 +22,44 @@ def adapter_or_quickstart(adapter: str | None) -> str | None:
         return str(found)
     print("[benchmarks] no --adapter and no runs/quickstart/sft/adapter: the base model (one-turn episodes)", flush=True)
     return None
+
+
+def add_greedy_eval_args(parser, n: int, max_new_tokens: int) -> None:
+    """The options of a greedy held-out run: environment, adapter, number of tasks, turn and token budgets."""
+    parser.add_argument("--env", default="lookup")
+    parser.add_argument("--adapter", default=None, help="SFT adapter (default: the quickstart's)")
+    parser.add_argument("--n", type=int, default=n)
+    parser.add_argument("--max-turns", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+
+
+def greedy_eval_setup(args, split: str):
+    """``(spec, tasks, model, tokenizer)`` for ``args`` from ``add_greedy_eval_args`` (adapter resolved in place)."""
+    from agentlab.envs import load
+    from agentlab.models import load_policy
+    from agentlab.train import _threads
+
+    args.adapter = adapter_or_quickstart(args.adapter)
+    _threads()
+    spec = load(args.env)
+    model, tok = load_policy("smollm2-135m", adapter=args.adapter)
+    return spec, spec.make_tasks(split, args.n, seed=0), model, tok
+
+
+def timed_greedy(model, tok, spec, tasks, args, batch_size: int, precision: str = "auto"):
+    """Greedy episodes of ``tasks`` with ``args``' budgets, as ``agentlab eval`` runs them: ``(episodes, seconds)``."""
+    from agentlab.rollout import LoopConfig, run_episodes
+
+    cfg = LoopConfig(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, temperature=0,
+                     batch_size=batch_size, precision=precision)
+    t0 = time.perf_counter()
+    episodes = run_episodes(model, tok, spec, tasks, config=cfg, greedy=True, progress=False)
+    return episodes, time.perf_counter() - t0
+
+
+def write_result(name: str, data: dict) -> Path:
+    """Write ``benchmarks/results/<name>`` (JSON, indented) and return its path."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / name
+    path.write_text(json.dumps(data, indent=2))
+    return path

@@ -130,7 +130,7 @@ def worker(kind: str, steps: int, adapter: str | None, out: str) -> None:
 
 
 def main() -> None:
-    from common import adapter_or_quickstart
+    from common import adapter_or_quickstart, write_result
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=2)
@@ -177,14 +177,14 @@ def main() -> None:
     summary["config"] = vars(a) | {"prompts_per_step": 2, "group_size": 4, "max_turns": 2, "max_new_tokens": 48}
     default = a.kinds == p.get_default("kinds")
     name = a.out_name or ("grpo_step.json" if default else "grpo_step_ablation.json")
-    (RESULTS / name).write_text(json.dumps(summary, indent=2))
+    path = write_result(name, summary)
     width = max(map(len, kinds)) + 2
     print(f"{'':{width}s} {'median s/step':>14s} {'peak RSS GB':>12s}  (ratios to {first})")
     for kind in kinds:
         ratio = "" if kind == first else (f"  time {summary[f'ratio_step_time_{kind}_over_{first}']:.2f}, "
                                           f"RSS {summary[f'ratio_peak_rss_{kind}_over_{first}']:.2f}")
         print(f"{kind:{width}s} {summary[kind]['median_step_s']:14.1f} {summary[kind]['peak_rss_gb']:12.2f}{ratio}")
-    print(f"wrote {RESULTS / name}")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

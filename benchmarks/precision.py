@@ -12,47 +12,29 @@ Writes ``benchmarks/results/precision.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from pathlib import Path
 
-RESULTS = Path(__file__).parent / "results"
 sys.path.insert(0, str(Path(__file__).parent))
 
 
 def main() -> None:
-    from common import adapter_or_quickstart
+    from common import add_greedy_eval_args, greedy_eval_setup, timed_greedy, write_result
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--env", default="lookup")
-    p.add_argument("--adapter", default=None)
-    p.add_argument("--n", type=int, default=48)
-    p.add_argument("--max-turns", type=int, default=3)
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    add_greedy_eval_args(p, n=48, max_new_tokens=64)
     a = p.parse_args()
-    a.adapter = adapter_or_quickstart(a.adapter)
 
     import torch
 
-    from agentlab.envs import load
     from agentlab.evals import paired_bootstrap_ci, summarize
-    from agentlab.models import load_policy
     from agentlab.precision import cpu_has_fast_bf16, for_generation
-    from agentlab.rollout import LoopConfig, run_episodes
-    from agentlab.train import _threads
 
-    _threads()
-    spec = load(a.env)
-    tasks = spec.make_tasks("validation", a.n, seed=0)
-    model, tok = load_policy("smollm2-135m", adapter=a.adapter)
+    spec, tasks, model, tok = greedy_eval_setup(a, "validation")
     runs, episodes = {}, {}
     for precision in ("fp32", "bf16"):
-        cfg = LoopConfig(max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, temperature=0, batch_size=48,
-                         precision=precision)
-        t0 = time.perf_counter()
-        eps = run_episodes(model, tok, spec, tasks, config=cfg, greedy=True, progress=False)
-        runs[precision] = {"seconds": time.perf_counter() - t0, "success": summarize(eps)["success"]}
+        eps, seconds = timed_greedy(model, tok, spec, tasks, a, 48, precision)
+        runs[precision] = {"seconds": seconds, "success": summarize(eps)["success"]}
         episodes[precision] = eps
         s = runs[precision]["success"]
         print(f"{precision}: success {s['mean']:.2f} [{s['ci_low']:.2f}, {s['ci_high']:.2f}] "
@@ -79,8 +61,7 @@ def main() -> None:
            "logprob_abs_diff": {"median": drift[len(drift) // 2], "p99": drift[int(0.99 * (len(drift) - 1))],
                                 "max": drift[-1], "tokens": len(drift)},
            "greedy_agreement": agree / max(total, 1)}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "precision.json").write_text(json.dumps(out, indent=2))
+    write_result("precision.json", out)
     print(f"paired bf16 - fp32: {paired['mean']:+.2f} [{paired['ci_low']:+.2f}, {paired['ci_high']:+.2f}]; "
           f"speed-up {out['speedup']:.2f}x; |dlogp| median {out['logprob_abs_diff']['median']:.4f} "
           f"p99 {out['logprob_abs_diff']['p99']:.3f}; greedy agreement {out['greedy_agreement']:.3f}")

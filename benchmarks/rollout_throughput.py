@@ -19,14 +19,12 @@ Tokens counted are the ones the model generated (tool results excluded). Writes
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).parent / "results"
 sys.path.insert(0, str(Path(__file__).parent))
 
 
@@ -70,7 +68,7 @@ def llama_cpp_single_stream(prompts: list[str], max_tokens: int) -> dict:
 
 
 def main() -> None:
-    from common import adapter_or_quickstart
+    from common import adapter_or_quickstart, write_result
     from grpo_step import make_trainer
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -109,8 +107,7 @@ def main() -> None:
     summary["config"] = {"adapter": a.adapter, "groups": a.groups, "group_size": exp.group_size,
                          "max_turns": exp.max_turns, "max_new_tokens": exp.max_new_tokens,
                          "temperature": exp.temperature}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "rollout_throughput.json").write_text(json.dumps(summary, indent=2))
+    write_result("rollout_throughput.json", summary)
     print(f"median tok/s: trl {summary['trl']['median_tokens_per_s']:.1f}, agentlab "
           f"{summary['agentlab']['median_tokens_per_s']:.1f} (ratio {summary['ratio_agentlab_over_trl']:.2f}); "
           f"llama.cpp: {summary['llama_cpp_single_stream']}")
