@@ -150,6 +150,25 @@ def _settled_plot(driver, unlike=None, quiet_s: float = 2.0, timeout: float = 60
                 f"its text: {state[1] if state else None!r}")
 
 
+def _run_all(driver, wait) -> None:
+    """Run → Run All Cells, and make sure it took: a cell must show an execution prompt (`[*]` or a number)
+    within 15 s, else the menu click is repeated once (a click can land while the menu is still being built)."""
+    for attempt in range(2):
+        wait.until(lambda d: d.find_elements(
+            By.XPATH, "//li[contains(@class, 'lm-MenuBar-item')][normalize-space(.)='Run']"))[0].click()
+        wait.until(lambda d: d.find_elements(
+            By.XPATH, "//li[contains(@class, 'lm-Menu-item')]"
+                      "[.//*[contains(@class, 'lm-Menu-itemLabel')][normalize-space(.)='Run All Cells']]"))[0].click()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            prompts = [e.get_attribute("textContent") for e in
+                       driver.find_elements(By.CSS_SELECTOR, ".jp-CodeCell .jp-InputPrompt")]
+            if any("[" in p and p.strip() != "[ ]:" for p in prompts):
+                return
+            time.sleep(0.25)
+    pytest.fail("Run All Cells did not start the notebook (no cell got an execution prompt) after two clicks")
+
+
 def _screenshot(driver, tmp_path: Path, name: str) -> Path:
     # The widget's whole box (sliders over the plot) in the middle of the window.
     driver.execute_script("(arguments[0].closest('.widget-vbox') || arguments[0]).scrollIntoView({block: 'center'});",
@@ -190,11 +209,7 @@ def test_moving_beta_redraws_the_reward_plot(tmp_path):
             # indicator says idle while there is no kernel yet, and Run All then starts a second one.
             wait.until(lambda d: _kernel_idle(d) and d.find_element(
                 By.CSS_SELECTOR, ".jp-Toolbar-kernelName").get_attribute("textContent").strip() not in ("", "No Kernel"))
-            wait.until(lambda d: d.find_elements(
-                By.XPATH, "//li[contains(@class, 'lm-MenuBar-item')][normalize-space(.)='Run']"))[0].click()
-            wait.until(lambda d: d.find_elements(
-                By.XPATH, "//li[contains(@class, 'lm-Menu-item')]"
-                          "[.//*[contains(@class, 'lm-Menu-itemLabel')][normalize-space(.)='Run All Cells']]"))[0].click()
+            _run_all(driver, wait)
 
             before = _settled_plot(driver)
             shot_before = _screenshot(driver, tmp_path, "05_widgets_before.png")
