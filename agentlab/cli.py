@@ -1,4 +1,4 @@
-"""``agentlab`` command line: ``quickstart | synth | sft | train | sweep | eval | preflight | envs``.
+"""``agentlab`` command line: ``quickstart | compare | synth | sft | train | sweep | eval | preflight | envs``.
 
 Each subcommand is a thin wrapper over a library call, so everything here can also be done from a notebook:
 
@@ -8,6 +8,7 @@ Each subcommand is a thin wrapper over a library call, so everything here can al
     agentlab sweep --name lr-sweep --init-adapter runs/sft-lookup/adapter --lr 5e-5,1e-4,2e-4,5e-4,1e-3
     agentlab eval --env lookup --adapter runs/grpo-lookup/adapter --n 100
     agentlab quickstart                               # all of the above, plus runs/quickstart/report.{json,png}
+    agentlab compare --env product_finder --regime cheap:64   # does GRPO beat tuned SFT, matched SFT and RFT?
 """
 
 from __future__ import annotations
@@ -212,6 +213,30 @@ def _cmd_envs(a) -> int:
     return 0
 
 
+def _cmd_compare(a) -> int:
+    from agentlab.compare import ARMS, CompareConfig, run_compare
+
+    fields = {f.name: f for f in dataclasses.fields(CompareConfig)}
+    given = {}
+    for name, f in fields.items():
+        raw = getattr(a, name, None)
+        if raw is None:
+            continue
+        if isinstance(f.default, tuple):  # comma-separated values
+            kind = type(f.default[0])
+            try:
+                given[name] = tuple(kind(v) for v in raw.split(",") if v.strip())
+            except ValueError:
+                raise ValueError(f"--{name.replace('_', '-')} {raw!r}: expected comma-separated {kind.__name__} "
+                                 f"values") from None
+        else:
+            given[name] = raw
+    cfg = CompareConfig.smoke(**given) if a.smoke else CompareConfig(**given)
+    arms = tuple(x for x in a.arms.split(",") if x) if a.arms else ARMS
+    run_compare(cfg, arms=arms, overwrite=a.overwrite)
+    return 0
+
+
 def _cmd_quickstart(a) -> int:
     from agentlab.quickstart import QuickstartConfig, run_quickstart
 
@@ -232,6 +257,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None)
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=_cmd_quickstart)
+
+    from agentlab.compare import ARMS, CompareConfig
+
+    p = sub.add_parser("compare", help="does RL beat SFT here? GRPO vs tuned SFT, compute-matched SFT and RFT")
+    for f in dataclasses.fields(CompareConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(f.default, tuple):
+            p.add_argument(flag, default=None, help=f"comma-separated, default {','.join(map(str, f.default))}")
+        else:
+            p.add_argument(flag, type=type(f.default), default=None, help=f"default {f.default}")
+    p.add_argument("--arms", default=None, help=f"comma-separated subset of {','.join(ARMS)} (default: all)")
+    p.add_argument("--smoke", action="store_true", help="tiny model and sizes (about a minute; for CI)")
+    p.add_argument("--overwrite", action="store_true", help="start the comparison's run folder again")
+    p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser("synth", help="task splits (audited disjoint) and expert demonstrations")
     p.add_argument("--env", default="lookup")
@@ -260,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             p.add_argument(flag, type=type(f.default), default=None, help=f"default {f.default}")
     p.add_argument("--init-adapter", default=None, help="start from this LoRA adapter (e.g. the SFT one)")
-    p.add_argument("--eval-split", default="test", choices=["validation", "test"])
+    p.add_argument("--eval-split", default="validation", choices=["validation", "test"],
+                   help="checkpoint evals (default validation: keep the test split for the final, chosen policy)")
     p.add_argument("--recipe", default=None, help="GPU recipe, e.g. qwen3-4b-instruct-2507 (CUDA only)")
     p.add_argument("--vllm-mode", default="colocate", choices=["colocate", "server", "none"])
     p.add_argument("--overwrite", action="store_true", help="replace a finished run of the same name")

@@ -96,9 +96,10 @@ def plot_report(report: dict, metrics: list[dict], evals: list[dict], path: str 
     fig = plt.figure(figsize=(15, 4.2))
     grid = fig.add_gridspec(1, 3)
     ax0 = fig.add_subplot(grid[0, 0])
-    stages = [k for k in ("base", "sft", "grpo") if k in report]
+    palette = {"base": "#8C8C8C", "sft": "#4C72B0", "grpo": "#55A868", "sft_matched": "#64B5CD"}
+    stages = [k for k in palette if k in report]
     _ci_bar(ax0, stages, [{"mean": report[k]["success"], **report[k]} for k in stages],
-            f"{report.get('env', '')}: held-out success", colors=["#8C8C8C", "#4C72B0", "#55A868"][: len(stages)])
+            f"{report.get('env', '')}: held-out success", colors=[palette[k] for k in stages])
     refs = {f"{k} (final eval)": report[k]["success"] for k in ("base", "sft") if k in report}
     plot_training(metrics, evals, axes=[fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[0, 2])], refs=refs)
     fig.suptitle(report.get("title", ""), fontsize=10)
@@ -209,3 +210,48 @@ def plot_runs(runs: dict[str, dict], metric: str = "success", x: str = "step", a
     ax.set_title(title or RUN_METRICS[metric].split(" (")[0])
     ax.legend(fontsize=7)
     return ax
+
+
+def plot_comparison(result: dict, grpo_evals: list[dict], path: str | Path | None = None):
+    """``agentlab compare``'s figure: each arm's test success, GRPO minus each baseline (paired), and GRPO's
+    validation curve against the chosen SFT start."""
+    plt = _plt()
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(16, 4.2), gridspec_kw={"width_ratios": [1.3, 1, 1]})
+    arms = [k for k in ("sft_best", "sft_matched", "rft", "grpo", "sft_all") if k in result]
+    palette = {"sft_best": "#4C72B0", "sft_matched": "#64B5CD", "rft": "#CCB974", "grpo": "#55A868",
+               "sft_all": "#8C8C8C"}
+    _ci_bar(a, arms, [{"mean": result[k]["success"], **result[k]} for k in arms],
+            f"{result['env']}, regime {result['regime']}, seed {result['seed']}: test success",
+            colors=[palette[k] for k in arms])
+    diffs = [k for k in result if k.startswith("grpo_minus_")]
+    if diffs:
+        ys = range(len(diffs))
+        means = [result[k]["mean"] for k in diffs]
+        b.errorbar(means, ys, xerr=[[m - result[k]["ci_low"] for m, k in zip(means, diffs, strict=True)],
+                                    [result[k]["ci_high"] - m for m, k in zip(means, diffs, strict=True)]],
+                   fmt="o", capsize=5, color="#55A868")
+        b.axvline(0, color="k", lw=0.8)
+        b.set_yticks(list(ys), [k.replace("grpo_minus_", "GRPO − ") for k in diffs])
+        b.set_xlabel("paired difference in test success (95% CI)")
+        b.set_title("does GRPO beat each baseline?")
+    if grpo_evals:
+        steps = [e["step"] for e in grpo_evals]
+        c.fill_between(steps, [e["success"]["ci_low"] for e in grpo_evals],
+                       [e["success"]["ci_high"] for e in grpo_evals], alpha=0.25, color="#55A868")
+        c.plot(steps, [e["success"]["mean"] for e in grpo_evals], "o-", color="#55A868", label="GRPO checkpoints")
+        chosen = result.get("choices", {}).get("grpo", {}).get("step")
+        if chosen is not None:
+            c.axvline(chosen, ls=":", color="#55A868", label=f"chosen: step {chosen}")
+        sft = result.get("choices", {}).get("sft_best", {}).get("validation")
+        if sft:
+            c.axhline(sft["success"], ls="--", color="#4C72B0", label="sft_best")
+        c.set_xlabel("GRPO step")
+        c.set_ylabel("validation success")
+        c.set_ylim(-0.05, 1.05)
+        c.set_title("GRPO on validation (chooses the checkpoint)")
+        c.legend(fontsize=8)
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+    return fig

@@ -1,12 +1,15 @@
 """The CPU quickstart: synthesise → evaluate base → SFT → evaluate → GRPO → evaluate → report.
 
-    agentlab quickstart            # (make quickstart) the real run, shipped SmolLM2-135M, 8-15 min on 2 cores
+    agentlab quickstart            # (make quickstart) the real run, shipped SmolLM2-135M, 10-20 min on 2 cores
     agentlab quickstart --smoke    # tiny random model and sizes: the pipeline end to end in about a minute
 
 Every stage writes into ``runs/<name>/`` and is skipped when its output already exists, so an interrupted
 quickstart picks up where it stopped (the GRPO stage resumes from its last checkpoint).
-``report.json`` holds ``base``, ``sft`` and ``grpo`` — each ``success``, ``ci_low``, ``ci_high``, ``n`` on the same
-held-out tasks — plus the paired GRPO − SFT difference with its CI, stage wall times and peak memory.
+``report.json`` holds ``base``, ``sft``, ``grpo`` and ``sft_matched`` — each ``success``, ``ci_low``, ``ci_high``,
+``n`` on the same test tasks — plus the paired differences GRPO − SFT and GRPO − ``sft_matched`` with their CIs,
+stage wall times and peak memory. ``sft_matched`` is the baseline that keeps GRPO honest: the same SFT continued
+on the same demonstrations for as many seconds as GRPO trained. GRPO's checkpoint evaluations use the validation
+split; the test split is evaluated once per reported policy.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ class QuickstartConfig:
     group_size: int = 4
     temperature: float = 0.7
     eval_every: int = 6
-    checkpoint_eval_tasks: int = 32  # in-run checkpoint evals use a subset of the held-out tasks (CPU time)
+    checkpoint_eval_tasks: int = 32  # in-run checkpoint evals use a subset of the validation tasks (CPU time)
     max_turns: int = 3
     max_new_tokens: int = 48
     seed: int = 0
@@ -71,7 +74,7 @@ def _peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # KiB on Linux
 
 
-def _stage(title: str, i: int, n: int = 6) -> None:
+def _stage(title: str, i: int, n: int = 8) -> None:
     print(f"\n=== [{i}/{n}] {title} ===", flush=True)
 
 
@@ -105,6 +108,7 @@ def run_quickstart(cfg: QuickstartConfig = QuickstartConfig(), overwrite: bool =
         demos=cfg.demos, folder=folder))
     test = load_split(cfg.env, "test", folder)
     train = load_split(cfg.env, "train", folder)
+    validation = load_split(cfg.env, "validation", folder)
 
     def eval_stage(label, adapter=None):
         out = run.path / label / "eval"
@@ -128,11 +132,21 @@ def run_quickstart(cfg: QuickstartConfig = QuickstartConfig(), overwrite: bool =
     _stage(f"GRPO: {cfg.grpo_steps} steps x {cfg.groups_per_step} prompts x {cfg.group_size} rollouts", 5)
     grpo_run = RunDir(run.path / "grpo")
     timed("grpo_s", lambda: grpo_run if grpo_run.finished else run_grpo(
-        cfg.experiment(), train, test[: cfg.checkpoint_eval_tasks], init_adapter=adapter, run=grpo_run))
+        cfg.experiment(), train, validation[: cfg.checkpoint_eval_tasks], init_adapter=adapter, run=grpo_run))
     _stage("evaluate the GRPO policy", 6)
     grpo = timed("eval_grpo_s", lambda: eval_stage("grpo", str(grpo_run.path / "adapter")))
 
-    report = _report(cfg, base, sft, grpo, run, timings, paired_bootstrap_ci)
+    # The baseline GRPO must beat: the same SFT, on the same demonstrations, continued for GRPO's training time.
+    grpo_train_s = sum(m.get("time_step_s") or 0.0 for m in grpo_run.metrics())
+    _stage(f"compute-matched SFT: the SFT continued for GRPO's {grpo_train_s:.0f} s of training", 7)
+    matched_dir = run.path / "sft_matched"
+    matched = timed("sft_matched_s", lambda: matched_dir / "adapter" if (matched_dir / "adapter").exists() else run_sft(
+        cfg.model, demos, matched_dir, SFTSettings(steps=100_000, lr=cfg.sft_lr, seed=cfg.seed),
+        init_adapter=adapter, max_seconds=grpo_train_s))
+    _stage("evaluate the compute-matched SFT policy", 8)
+    sft_matched = timed("eval_sft_matched_s", lambda: eval_stage("sft_matched", str(matched)))
+
+    report = _report(cfg, base, sft, grpo, sft_matched, run, timings, paired_bootstrap_ci)
     report["total_s"] = round(time.time() - t_start, 1)
     run.write_json("report.json", report)
     metrics = grpo_run.metrics()
@@ -142,21 +156,24 @@ def run_quickstart(cfg: QuickstartConfig = QuickstartConfig(), overwrite: bool =
     return report
 
 
-def _report(cfg, base, sft, grpo, run, timings, paired_bootstrap_ci) -> dict:
+def _report(cfg, base, sft, grpo, sft_matched, run, timings, paired_bootstrap_ci) -> dict:
+    from agentlab.compare import _entry as entry
     from agentlab.evals import read_rollouts
 
-    def entry(summary):
-        s = summary["success"]
-        return {"success": s["mean"], "ci_low": s["ci_low"], "ci_high": s["ci_high"], "n": s["n"]}
+    def episodes(label):
+        return read_rollouts(run.path / label / "eval" / "rollouts.jsonl")[0]
 
-    sft_eps, _ = read_rollouts(run.path / "sft" / "eval" / "rollouts.jsonl")
-    grpo_eps, _ = read_rollouts(run.path / "grpo" / "eval" / "rollouts.jsonl")
-    low, high = paired_bootstrap_ci(sft_eps, grpo_eps)  # CI of (GRPO − SFT) per task
-    paired = {"mean": entry(grpo)["success"] - entry(sft)["success"], "ci_low": low, "ci_high": high}
+    def paired(label, summary):  # CI of (GRPO − label) per task
+        low, high = paired_bootstrap_ci(episodes(label), episodes("grpo"))
+        return {"mean": entry(grpo)["success"] - entry(summary)["success"], "ci_low": low, "ci_high": high}
+
+    matched_steps = json.loads((run.path / "sft_matched" / "sft_summary.json").read_text())["steps"]
     return {
-        "title": f"{cfg.model} on {cfg.env}: base → SFT ({cfg.sft_steps} steps) → GRPO ({cfg.grpo_steps} steps)",
+        "title": f"{cfg.model} on {cfg.env}: base → SFT ({cfg.sft_steps} steps) → GRPO ({cfg.grpo_steps} steps); "
+                 f"SFT continued for GRPO's time: +{matched_steps} steps",
         "env": cfg.env, "model": cfg.model, "base": entry(base), "sft": entry(sft), "grpo": entry(grpo),
-        "grpo_minus_sft": paired,
+        "sft_matched": {**entry(sft_matched), "extra_steps": matched_steps},
+        "grpo_minus_sft": paired("sft", sft), "grpo_minus_sft_matched": paired("sft_matched", sft_matched),
         "non_overlapping_cis": entry(grpo)["ci_low"] > entry(sft)["ci_high"],
         "timings_s": timings, "peak_rss_gb": round(_peak_rss_gb(), 2),
         "machine": {"platform": platform.platform(), "processor": platform.processor(),
@@ -167,11 +184,12 @@ def _report(cfg, base, sft, grpo, run, timings, paired_bootstrap_ci) -> dict:
 
 def _print_report(report: dict, run: RunDir) -> None:
     print("\n=== quickstart report ===")
-    for k in ("base", "sft", "grpo"):
+    for k in ("base", "sft", "grpo", "sft_matched"):
         e = report[k]
-        print(f"{k:5s} success {e['success']:.3f}  [95% CI {e['ci_low']:.3f}, {e['ci_high']:.3f}]  n={e['n']}")
-    d = report["grpo_minus_sft"]
-    print(f"GRPO - SFT (paired over the same tasks): {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]")
+        print(f"{k:11s} success {e['success']:.3f}  [95% CI {e['ci_low']:.3f}, {e['ci_high']:.3f}]  n={e['n']}")
+    for k in ("sft", "sft_matched"):
+        d = report[f"grpo_minus_{k}"]
+        print(f"GRPO - {k} (paired over the same tasks): {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]")
     print("stage times: " + ", ".join(f"{k} {v:.0f}s" for k, v in report["timings_s"].items()))
     print(f"peak RSS {report['peak_rss_gb']:.1f} GB, total {report['total_s']:.0f} s, "
           f"precision {report['machine'].get('precision', 'fp32')}")

@@ -235,6 +235,8 @@ class EnvSpec:
     * ``reward(task, outcome)`` — the default shaped reward (see ``agentlab.rewards`` to edit it).
     * ``expert`` / ``random_policy`` — scripted policies (expert demos for SFT; a floor for evaluation).
     * ``audit_keys(task)`` — the strings (line, answer ids, query) that must not repeat across splits.
+    * ``cheap_policy`` — optional: a cheaper, imperfect strategy that succeeds only sometimes (the traces one has
+      before an expert exists; the ``cheap`` regime of ``agentlab.compare``).
     """
 
     name: str
@@ -246,6 +248,7 @@ class EnvSpec:
     random_policy: Policy
     audit_keys: Callable[[Task], dict[str, list[str]]]
     description: str = ""
+    cheap_policy: Policy | None = None
 
     def make_env(self) -> ToolEnv:
         return self.env_class()

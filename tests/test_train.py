@@ -132,9 +132,21 @@ def test_quickstart_smoke_end_to_end(tmp_path):
                          capture_output=True, text=True, timeout=900, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     report = json.loads((tmp_path / "quickstart-smoke" / "report.json").read_text())
-    for stage in ("base", "sft", "grpo"):
-        assert set(report[stage]) == {"success", "ci_low", "ci_high", "n"} and report[stage]["n"] == 6
+    for stage in ("base", "sft", "grpo", "sft_matched"):
+        assert {"success", "ci_low", "ci_high", "n"} <= set(report[stage]) and report[stage]["n"] == 6
         assert report[stage]["ci_low"] <= report[stage]["success"] <= report[stage]["ci_high"]
+    for key in ("grpo_minus_sft", "grpo_minus_sft_matched"):
+        assert report[key]["ci_low"] <= report[key]["mean"] <= report[key]["ci_high"]
+    # the compute-matched SFT really continued the SFT (at least one more step) for GRPO's training seconds
+    root = tmp_path / "quickstart-smoke"
+    matched = json.loads((root / "sft_matched" / "sft_summary.json").read_text())
+    grpo_s = sum(m["time_step_s"] for m in RunDir(root / "grpo").metrics())
+    assert report["sft_matched"]["extra_steps"] == matched["steps"] >= 1 and matched["seconds"] >= grpo_s
+    assert matched["init_adapter"] == str(root / "sft" / "adapter")
+    # checkpoint evals during training read validation tasks; the test split is only read by the final evals
+    val_ids = {json.loads(line)["id"] for line in (root / "tasks" / "validation.jsonl").read_text().splitlines()}
+    for path in (root / "grpo" / "evals").glob("*.rollouts.jsonl"):
+        assert {json.loads(line)["task"]["id"] for line in path.read_text().splitlines()} <= val_ids
     assert (tmp_path / "quickstart-smoke" / "report.png").stat().st_size > 10_000
     metrics = RunDir(tmp_path / "quickstart-smoke" / "grpo").metrics()
     assert [m["step"] for m in metrics] == [1, 2]

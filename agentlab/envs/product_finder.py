@@ -275,6 +275,17 @@ def expert(task: Task):
     yield ToolCall("recommend", {"product_id": ids[0] if ids else "P00000"})
 
 
+def type_only(task: Task):
+    """The cheap strategy: search for the product type alone and recommend the first hit, unchecked.
+
+    Succeeds when the first product of that type happens to meet the other constraints (measured on 400
+    validation tasks: 0.15 overall, 0.39 with one constraint, 0.04 with three or four).
+    """
+    result = yield ToolCall("search_products", {"query": task.answer["constraints"]["type"]})
+    ids = re.findall(r"^(P\d+) \|", result, re.MULTILINE)
+    yield ToolCall("recommend", {"product_id": ids[0] if ids else "P00000"})
+
+
 def random_policy(task: Task):
     rng = seeded_rng("product_finder-random", task.id)
     result = yield ToolCall("search_products", {"query": rng.choice(rng.choice(list(TYPES.values())))})
@@ -289,6 +300,6 @@ def audit_keys(task: Task) -> dict[str, list[str]]:
 
 SPEC = EnvSpec(
     name="product_finder", env_class=ProductFinderEnv, make_tasks=make_tasks, evaluate=evaluate, reward=reward,
-    expert=expert, random_policy=random_policy, audit_keys=audit_keys,
+    expert=expert, random_policy=random_policy, audit_keys=audit_keys, cheap_policy=type_only,
     description="ShoppingBench Products-Finder: search a seeded catalog, recommend a product meeting every constraint.",
 )

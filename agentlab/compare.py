@@ -1,0 +1,434 @@
+"""Does RL beat SFT on *your* task? GRPO against the strongest cheap alternatives, at equal compute.
+
+    agentlab compare --env product_finder --regime cheap:64 --seed 0 --name rl-vs-sft/seed-0
+    from agentlab.compare import CompareConfig, run_compare
+    result = run_compare(CompareConfig(env="product_finder", regime="cheap:64", seed=0))
+
+A *regime* states the data a practitioner really has for SFT (``agentlab.compare.regime_demos``); GRPO gets the
+training tasks and the verifier only. Validation and test tasks always come from the full task distribution.
+Every arm is evaluated greedily on the same test tasks, once, after its checkpoint was chosen on validation:
+
+=============  =====================================================================================================
+``sft_best``   SFT on the regime's demonstrations; learning rate and steps chosen on validation (a grid search)
+``grpo``       GRPO from ``sft_best``; the checkpoint that counts is the best one on validation (step 0 excluded)
+``sft_matched`` ``sft_best``'s SFT continued on the same demonstrations for GRPO's training wall-clock
+``rft``        rejection-sampling fine-tuning from ``sft_best`` for GRPO's wall-clock: sample G rollouts per training
+               task, keep the verified successes, SFT on them with the demonstrations (uses the verifier, like GRPO)
+``sft_all``    a reference, not a baseline: SFT on plentiful expert demonstrations (what the regime withholds)
+=============  =====================================================================================================
+
+The run folder (``runs/<name>/``) holds each arm's adapters and evaluations, ``result.json`` (every arm's test
+success with its 95% CI, GRPO minus each baseline paired over tasks, every setting tried with its validation
+figure, seconds per arm) and ``result.png``. Every stage is skipped when its output exists, so a killed
+comparison resumes where it stopped (GRPO from its last checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from agentlab.rollout import LoopConfig
+from agentlab.runs import RunDir
+from agentlab.types import EnvSpec, Episode, Task
+
+ARMS = ("sft_best", "grpo", "sft_matched", "rft", "sft_all")
+REGIMES = {
+    "expert": "N scripted expert demonstrations over every difficulty",
+    "easy": "N expert demonstrations of the easiest difficulty only",
+    "cheap": "N successful traces of the environment's cheaper, imperfect strategy (EnvSpec.cheap_policy)",
+}
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """One comparison: environment, data regime, seed, and the budgets of every arm. Saved as ``config.json``."""
+
+    name: str = "compare"
+    env: str = "product_finder"
+    regime: str = "cheap:64"            # "<kind>:<n demonstrations>", kind in REGIMES
+    seed: int = 0                       # task synthesis, SFT data order, GRPO and RFT sampling
+    model: str = "smollm2-135m"
+    train: int = 1000                   # GRPO's and RFT's tasks; the regime's demonstrations come from them too
+    validation: int = 64                # every choice (SFT lr/steps, GRPO checkpoint) is made on these
+    test: int = 200                     # touched once per reported arm
+    sft_lrs: tuple[float, ...] = (3e-4, 1e-3, 3e-3)
+    sft_steps: tuple[int, ...] = (4, 8, 16, 32)
+    sft_batch: int = 2
+    sft_extend: int = 2                 # times the best SFT run is continued (steps doubled) while it still improves
+    grpo_steps: int = 24
+    grpo_lr: float = 2e-4
+    groups_per_step: int = 4
+    group_size: int = 4                 # GRPO's G, and RFT's samples per task
+    temperature: float = 0.7
+    eval_every: int = 6
+    max_turns: int = 4
+    max_new_tokens: int = 96            # per turn; product_finder's search call with every filter is ~60 tokens
+    max_context: int = 2048
+    sft_all_demos: int = 256
+
+    def __post_init__(self):
+        kind, n = parse_regime(self.regime)
+        errors = []
+        if not self.sft_lrs or any(lr <= 0 for lr in self.sft_lrs):
+            errors.append(f"sft_lrs={self.sft_lrs} must be positive learning rates")
+        if not self.sft_steps or any(s < 1 for s in self.sft_steps):
+            errors.append(f"sft_steps={self.sft_steps} must be positive step counts")
+        for name in ("train", "validation", "test", "grpo_steps", "eval_every", "sft_all_demos", "sft_batch"):
+            if getattr(self, name) < 1:
+                errors.append(f"{name}={getattr(self, name)} must be >= 1")
+        if self.eval_every > self.grpo_steps:
+            errors.append(f"eval_every={self.eval_every} exceeds grpo_steps={self.grpo_steps}: no GRPO checkpoint "
+                          f"would be evaluated")
+        if errors:
+            raise ValueError("bad comparison config: " + "; ".join(errors))
+
+    @classmethod
+    def smoke(cls, **overrides) -> CompareConfig:
+        """Tiny model and sizes: every arm end to end in about a minute (tests, CI)."""
+        return cls(**{"name": "compare-smoke", "env": "lookup", "regime": "expert:8", "model": "tiny-random",
+                      "train": 24, "validation": 4, "test": 6, "sft_lrs": (1e-3, 3e-3), "sft_steps": (1, 2),
+                      "grpo_steps": 2, "groups_per_step": 1, "group_size": 2, "eval_every": 1,
+                      "max_turns": 2, "max_new_tokens": 8, "sft_all_demos": 8, **overrides})
+
+    def experiment(self):
+        from agentlab.train import Experiment
+
+        return Experiment(name=f"{self.name}/grpo", model=self.model, env=self.env, lr=self.grpo_lr,
+                          groups_per_step=self.groups_per_step, group_size=self.group_size,
+                          max_turns=self.max_turns, max_new_tokens=self.max_new_tokens, max_context=self.max_context,
+                          temperature=self.temperature,
+                          steps=self.grpo_steps, eval_every=self.eval_every, eval_tasks=self.validation,
+                          seed=self.seed)
+
+    def eval_loop(self) -> LoopConfig:
+        return LoopConfig(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
+                          max_context=self.max_context, temperature=0.0, batch_size=32)
+
+
+def parse_regime(regime: str) -> tuple[str, int]:
+    """``"cheap:64"`` -> ``("cheap", 64)``; a clear error for anything else.
+
+    >>> parse_regime("easy:32")
+    ('easy', 32)
+    """
+    kind, _, n = regime.partition(":")
+    if kind not in REGIMES or not n.isdigit() or int(n) < 1:
+        raise ValueError(f"regime {regime!r}: expected '<kind>:<n>' with kind one of {sorted(REGIMES)} and n >= 1, "
+                         f"e.g. 'cheap:64'")
+    return kind, int(n)
+
+
+def regime_demos(spec: EnvSpec, regime: str, train: list[Task]) -> list[dict]:
+    """The SFT demonstrations a regime allows, drawn from ``train`` (verified successes only: we teach what works).
+
+    ``expert:N`` — the scripted expert on the first tasks; ``easy:N`` — the expert on tasks of the lowest
+    difficulty only; ``cheap:N`` — the successful traces of ``spec.cheap_policy``, a cheaper strategy that
+    succeeds only sometimes (the logs one has before building an expert).
+    """
+    from agentlab.synth import expert_demos
+
+    kind, n = parse_regime(regime)
+    policy = None
+    if kind == "easy":
+        low = min(t.difficulty for t in train)
+        train = [t for t in train if t.difficulty == low]
+    elif kind == "cheap":
+        if spec.cheap_policy is None:
+            raise ValueError(f"regime {regime!r}: environment {spec.name!r} has no cheap_policy in its EnvSpec")
+        policy = spec.cheap_policy
+    rows: list[dict] = []
+    for start in range(0, len(train), 64):  # stop as soon as there are enough: the scripted runs cost time
+        rows += expert_demos(spec, train[start:start + 64], policy=policy)
+        if len(rows) >= n:
+            return rows[:n]
+    raise ValueError(f"regime {regime!r}: only {len(rows)} successful demonstrations among {len(train)} training "
+                     f"tasks; synthesise more training tasks (--train) or ask for fewer")
+
+
+def episode_sft_row(ep: Episode) -> dict:
+    """A rollout as a pre-tokenized SFT row: exactly the tokens the policy produced, tool results masked."""
+    prompt, completion, mask = ep.tokens["prompt_ids"], ep.tokens["completion_ids"], ep.tokens["mask"]
+    return {"input_ids": list(prompt) + list(completion), "assistant_masks": [0] * len(prompt) + list(mask)}
+
+
+def _entry(summary: dict) -> dict:
+    s = summary["success"]
+    return {"success": s["mean"], "ci_low": s["ci_low"], "ci_high": s["ci_high"], "n": s["n"]}
+
+
+class Comparison:
+    """The stages of one comparison over one run folder; each stage returns its output if it exists."""
+
+    def __init__(self, cfg: CompareConfig, overwrite: bool = False):
+        from agentlab.envs import load
+
+        self.cfg, self.spec = cfg, load(cfg.env)
+        self.run = RunDir(cfg.name)
+        self.run.prepare(cfg, overwrite=overwrite)
+        self.tried: list[dict] = []
+        self.seconds: dict[str, float] = self.run.read_json("seconds.json") or {}
+
+    # -- helpers ------------------------------------------------------------------------------------------------
+
+    def _timed(self, key: str, fn):
+        t0 = time.time()
+        out = fn()
+        if key not in self.seconds:
+            self.seconds[key] = round(time.time() - t0, 1)
+            self.run.write_json("seconds.json", self.seconds)
+        return out
+
+    def _tried(self, point: dict) -> None:
+        """Record a setting and its validation figure (``tried.json``, rewritten as the comparison goes)."""
+        self.tried.append(point)
+        self.run.write_json("tried.json", {"env": self.cfg.env, "seed": self.cfg.seed, "tried": self.tried})
+
+    def evaluate(self, folder: Path, adapter: Path | str, tasks: list[Task], label: str) -> dict:
+        """Greedy eval of ``adapter`` on ``tasks`` into ``folder`` (skipped when its summary exists)."""
+        from agentlab.cli import evaluate
+
+        if (folder / "summary.json").exists():
+            return json.loads((folder / "summary.json").read_text())
+        return evaluate(self.cfg.model, self.cfg.env, tasks, folder, adapter=str(adapter),
+                        loop=self.cfg.eval_loop(), label=label)
+
+    def sft_settings(self, lr: float, steps: int):
+        from agentlab.train import SFTSettings
+
+        return SFTSettings(steps=steps, batch_size=self.cfg.sft_batch, lr=lr, seed=self.cfg.seed)
+
+    # -- stages -------------------------------------------------------------------------------------------------
+
+    def tasks(self) -> dict[str, list[Task]]:
+        from agentlab.synth import build_splits, load_tasks, save_splits
+
+        folder = self.run.path / "tasks"
+        if not (folder / "demos_all.jsonl").exists():
+            c = self.cfg
+            splits = build_splits(self.spec, {"train": c.train, "validation": c.validation, "test": c.test},
+                                  seed=c.seed)
+            save_splits(splits, folder)
+            from agentlab.synth import expert_demos
+
+            _write_jsonl(folder / "demos.jsonl", regime_demos(self.spec, c.regime, splits["train"]))
+            _write_jsonl(folder / "demos_all.jsonl", expert_demos(self.spec, splits["train"][: c.sft_all_demos]))
+        return {s: load_tasks(folder / f"{s}.jsonl") for s in ("train", "validation", "test")}
+
+    def demos(self, which: str = "demos") -> list[dict]:
+        return _read_jsonl(self.run.path / "tasks" / f"{which}.jsonl")
+
+    def sft_search(self, arm: str, demos: list[dict], lrs: tuple[float, ...], val: list[Task]) -> dict:
+        """SFT at each learning rate, saved at each step count, every adapter scored on validation; the best one.
+
+        When the best point sits at the grid's last step count, that run is continued (the step count doubled,
+        up to ``sft_extend`` times) until validation stops improving: the search reaches the validation peak.
+        Ties go to the smaller step count, then the smaller learning rate (the cheaper choice).
+        """
+        from agentlab.train import run_sft
+
+        steps = tuple(sorted(set(self.cfg.sft_steps)))
+        best = None
+
+        def score(lr: float, s: int, adapter: Path) -> bool:
+            nonlocal best
+            folder = adapter.parent
+            summary = self._timed(f"{arm}_lr={lr:g}_steps={s}_validation", lambda: self.evaluate(
+                folder / f"validation-step-{s}", adapter, val, f"{arm} lr={lr:g} steps={s}"))
+            regime = self.cfg.regime if arm != "sft_all" else f"expert:{self.cfg.sft_all_demos}"
+            point = {"arm": arm, "regime": regime, "lr": lr, "steps": s, "validation": _entry(summary)}
+            self._tried(point)
+            key = (point["validation"]["success"], -s, -lr)
+            if best is None or key > best[0]:
+                best = (key, point, adapter)
+                return True
+            return False
+
+        for lr in lrs:
+            folder = self.run.path / arm / f"lr={lr:g}"
+            if not all((folder / f"adapter-step-{s}" / "adapter_config.json").exists() for s in steps):
+                self._timed(f"{arm}_lr={lr:g}_train", lambda: run_sft(
+                    self.cfg.model, demos, folder, self.sft_settings(lr, max(steps)), save_at=steps))
+            for s in steps:
+                score(lr, s, folder / f"adapter-step-{s}")
+        last = max(steps)
+        for _ in range(self.cfg.sft_extend):
+            point, adapter = best[1], best[2]
+            if point["steps"] != last:
+                break
+            lr, folder = point["lr"], self.run.path / arm / f"lr={point['lr']:g}"
+            target = folder / f"adapter-step-{2 * last}"
+            if not (target / "adapter_config.json").exists():  # continue the run (a fresh optimiser state)
+                self._timed(f"{arm}_lr={lr:g}_extend={2 * last}", lambda: run_sft(
+                    self.cfg.model, demos, folder / f"extend-{2 * last}", self.sft_settings(lr, last),
+                    init_adapter=adapter))
+                (folder / f"extend-{2 * last}" / "adapter").rename(target)
+            improved = score(lr, 2 * last, target)
+            last *= 2
+            if not improved:
+                break
+        _, point, adapter = best
+        choice = {**point, "adapter": str(adapter), "at_edge": point["steps"] == last}
+        self.run.write_json(f"{arm}/choice.json", choice)
+        return choice
+
+    def grpo(self, start: dict, val: list[Task], train: list[Task]) -> dict:
+        """GRPO from the chosen SFT adapter, validation evals every ``eval_every`` steps; the best checkpoint."""
+        from agentlab.train import run_grpo
+
+        grpo_run = RunDir(self.run.path / "grpo")
+        if not grpo_run.finished:
+            run_grpo(self.cfg.experiment(), train, val, init_adapter=start["adapter"], run=grpo_run)
+        evals = [e for e in grpo_run.evals() if e["step"] > 0]
+        for e in evals:
+            self._tried({"arm": "grpo", "regime": self.cfg.regime, "lr": self.cfg.grpo_lr, "steps": e["step"],
+                               "validation": _entry(e)})
+        best = max(evals, key=lambda e: (e["success"]["mean"], -e["step"]))
+        seconds = sum(m.get("time_step_s") or 0.0 for m in grpo_run.metrics())
+        choice = {"step": best["step"], "validation": _entry(best), "train_seconds": round(seconds, 1),
+                  "adapter": str(grpo_run.path / "checkpoints" / f"checkpoint-{best['step']}")}
+        self.run.write_json("grpo/choice.json", choice)
+        return choice
+
+    def sft_matched(self, start: dict, budget_s: float) -> dict:
+        """``sft_best``'s SFT continued on the same demonstrations for GRPO's training seconds."""
+        from agentlab.train import run_sft
+
+        folder = self.run.path / "sft_matched"
+        if not (folder / "adapter" / "adapter_config.json").exists():
+            run_sft(self.cfg.model, self.demos(), folder, self.sft_settings(start["lr"], 100_000),
+                    init_adapter=start["adapter"], max_seconds=budget_s)
+        summary = json.loads((folder / "sft_summary.json").read_text())
+        return {"adapter": str(folder / "adapter"), "extra_steps": summary["steps"], "seconds": summary["seconds"]}
+
+    def rft(self, start: dict, budget_s: float, train: list[Task]) -> dict:
+        """Rejection sampling for half of GRPO's seconds, then SFT on verified successes (one per task) plus the
+        demonstrations for the other half, from ``sft_best``."""
+        from agentlab.evals import read_rollouts
+        from agentlab.models import load_policy
+        from agentlab.rollout import run_episodes
+        from agentlab.train import run_sft
+
+        folder = self.run.path / "rft"
+        folder.mkdir(parents=True, exist_ok=True)
+        samples_file = folder / "samples.jsonl"
+        if not (folder / "adapter" / "adapter_config.json").exists():
+            episodes, _ = read_rollouts(samples_file) if samples_file.exists() else ([], 0)
+            spent = self.seconds.get("rft_sampling", 0.0)
+            done_ids = {ep.task.id for ep in episodes}
+            todo = [t for t in train if t.id not in done_ids]
+            if spent < budget_s / 2 and todo:
+                model, tok = load_policy(self.cfg.model, adapter=start["adapter"])
+                loop = replace(self.cfg.eval_loop(), temperature=self.cfg.temperature,
+                               batch_size=self.cfg.groups_per_step * self.cfg.group_size)
+                chunk = self.cfg.groups_per_step
+                with open(samples_file, "a") as fh:
+                    while spent < budget_s / 2 and todo:
+                        t0 = time.time()
+                        batch, todo = todo[:chunk], todo[chunk:]
+                        run_episodes(model, tok, self.spec, batch, samples=self.cfg.group_size, config=loop,
+                                     seed=self.cfg.seed * 100_003 + len(done_ids), out=fh, progress=False)
+                        done_ids.update(t.id for t in batch)
+                        spent += time.time() - t0
+                        self.seconds["rft_sampling"] = round(spent, 1)
+                        self.run.write_json("seconds.json", self.seconds)
+                episodes, _ = read_rollouts(samples_file)
+            kept: dict[str, Episode] = {}
+            for ep in episodes:
+                if ep.success >= 1.0 and ep.failure is None:
+                    kept.setdefault(ep.task.id, ep)
+            rows = self.demos() + [episode_sft_row(ep) for ep in kept.values()]
+            run_sft(self.cfg.model, rows, folder, self.sft_settings(start["lr"], 100_000),
+                    init_adapter=start["adapter"], max_seconds=max(1.0, budget_s - spent))
+            self.run.write_json("rft/pool.json", {"tasks_sampled": len({ep.task.id for ep in episodes}),
+                                                  "episodes": len(episodes), "kept": len(kept),
+                                                  "sampling_s": spent})
+        pool = self.run.read_json("rft/pool.json")
+        summary = json.loads((folder / "sft_summary.json").read_text())
+        return {"adapter": str(folder / "adapter"), **pool, "sft_steps": summary["steps"],
+                "sft_seconds": summary["seconds"]}
+
+
+def run_compare(cfg: CompareConfig, arms: tuple[str, ...] = ARMS, overwrite: bool = False) -> dict:
+    """Run (or resume) every arm of ``cfg``, evaluate each once on test, write ``result.json`` and ``result.png``."""
+    from agentlab.evals import paired_bootstrap_ci, read_rollouts
+
+    bad = set(arms) - set(ARMS)
+    if bad or "sft_best" not in arms:
+        raise ValueError(f"arms {sorted(bad) or list(arms)}: expected a subset of {list(ARMS)} including 'sft_best'")
+    if any(a in arms for a in ("sft_matched", "rft")) and "grpo" not in arms:
+        raise ValueError("sft_matched and rft are matched to GRPO's wall-clock: include 'grpo' in the arms")
+    cmp = Comparison(cfg, overwrite=overwrite)
+    splits = cmp._timed("tasks", cmp.tasks)
+    val, test = splits["validation"], splits["test"]
+    policies: dict[str, dict] = {}
+    _say(f"[{cfg.name}] SFT search on {len(cmp.demos())} {cfg.regime} demonstrations: lr {cfg.sft_lrs} x steps "
+         f"{cfg.sft_steps}, chosen on {len(val)} validation tasks")
+    best = cmp.sft_search("sft_best", cmp.demos(), cfg.sft_lrs, val)
+    policies["sft_best"] = best
+    if "grpo" in arms:
+        _say(f"[{cfg.name}] GRPO from sft_best (lr {best['lr']:g}, {best['steps']} steps): {cfg.grpo_steps} steps")
+        policies["grpo"] = cmp._timed("grpo", lambda: cmp.grpo(best, val, splits["train"]))
+        budget = policies["grpo"]["train_seconds"]
+        if "sft_matched" in arms:
+            _say(f"[{cfg.name}] sft_matched: SFT continued for GRPO's {budget:.0f} s")
+            policies["sft_matched"] = cmp._timed("sft_matched", lambda: cmp.sft_matched(best, budget))
+        if "rft" in arms:
+            _say(f"[{cfg.name}] rft: rejection sampling + SFT for GRPO's {budget:.0f} s")
+            policies["rft"] = cmp._timed("rft", lambda: cmp.rft(best, budget, splits["train"]))
+    if "sft_all" in arms:
+        _say(f"[{cfg.name}] sft_all (reference): {cfg.sft_all_demos} expert demonstrations at lr {best['lr']:g}")
+        policies["sft_all"] = cmp.sft_search("sft_all", cmp.demos("demos_all"), (best["lr"],), val)
+    results, episodes = {}, {}
+    for arm, chosen in policies.items():
+        _say(f"[{cfg.name}] test evaluation of {arm} on {len(test)} tasks (greedy, once)")
+        folder = cmp.run.path / "test" / arm
+        summary = cmp._timed(f"test_{arm}", lambda: cmp.evaluate(folder, chosen["adapter"], test, arm))
+        results[arm] = _entry(summary)
+        episodes[arm] = read_rollouts(folder / "rollouts.jsonl")[0]
+    diffs = {}
+    if "grpo" in results:
+        for arm in ("sft_best", "sft_matched", "rft", "sft_all"):
+            if arm in results:
+                low, high = paired_bootstrap_ci(episodes[arm], episodes["grpo"])
+                diffs[f"grpo_minus_{arm}"] = {"mean": results["grpo"]["success"] - results[arm]["success"],
+                                              "ci_low": low, "ci_high": high}
+    result = {"env": cfg.env, "regime": cfg.regime, "seed": cfg.seed, "n": len(test), **results, **diffs,
+              "choices": policies, "tried": cmp.tried, "seconds": cmp.seconds, "config": asdict(cfg)}
+    cmp.run.write_json("result.json", result)
+    from agentlab.plots import plot_comparison
+
+    plot_comparison(result, RunDir(cmp.run.path / "grpo").evals() if "grpo" in arms else [],
+                    cmp.run.path / "result.png")
+    print_comparison(result)
+    return result
+
+
+def print_comparison(result: dict) -> None:
+    print(f"\n{result['env']}, regime {result['regime']}, seed {result['seed']}: greedy success on "
+          f"{result['n']} test tasks")
+    for arm in ARMS:
+        if arm in result:
+            e = result[arm]
+            print(f"  {arm:12s} {e['success']:.3f} [{e['ci_low']:.3f}, {e['ci_high']:.3f}]")
+    for key, d in result.items():
+        if key.startswith("grpo_minus_"):
+            print(f"  {key:26s} {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] (paired)")
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    from agentlab.runs import _atomic_write
+
+    _atomic_write(path, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    from agentlab.runs import read_jsonl
+
+    return read_jsonl(path)[0]

@@ -1,0 +1,97 @@
+"""RL versus SFT on a seed environment, three seeds: ``agentlab compare`` per seed, gathered into one JSON.
+
+    python benchmarks/rl_vs_sft.py                                   # the study's settings, seeds 0 1 2
+    python benchmarks/rl_vs_sft.py --seeds 0 --regime easy:32        # one seed of another regime
+    python benchmarks/rl_vs_sft.py --gather-only                     # rebuild the JSON from finished run folders
+
+Each seed is a resumable run folder ``runs/rl-vs-sft/<env>/<regime>/seed-<k>``: kill this script and start it
+again and it continues where it stopped. Regimes and settings were chosen on seed 0's validation split only; every
+comparison folder under ``runs/rl-vs-sft/`` (the regime search included) adds its tried settings, each with its
+validation figure, to the JSON's ``"tried"`` list. Writes ``benchmarks/results/rl_vs_sft.json``:
+``{"env", "regime", "tried", "seeds": [{"seed", "n", "sft_best", "sft_matched", "rft", "sft_all", "grpo",
+"grpo_minus_sft_best", "grpo_minus_sft_matched", "grpo_minus_rft", "seconds"}]}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import write_result  # noqa: E402
+
+from agentlab.compare import ARMS, CompareConfig, run_compare  # noqa: E402
+from agentlab.paths import runs_dir  # noqa: E402
+
+POLICY_KEYS = ("success", "ci_low", "ci_high")
+
+
+def seed_entry(result: dict) -> dict:
+    entry = {"seed": result["seed"], "n": result["n"]}
+    for arm in ARMS:
+        if arm in result:
+            entry[arm] = {k: result[arm][k] for k in POLICY_KEYS}
+    for key in ("grpo_minus_sft_best", "grpo_minus_sft_matched", "grpo_minus_rft", "grpo_minus_sft_all"):
+        if key in result:
+            entry[key] = result[key]
+    entry["seconds"] = round(sum(result["seconds"].values()), 1)
+    entry["choices"] = {arm: {k: v for k, v in c.items() if k != "adapter"} for arm, c in result["choices"].items()}
+    return entry
+
+
+def gather_tried(root: Path) -> list[dict]:
+    """Every setting any comparison under ``root`` tried, with its validation figure (finished or not)."""
+    tried = []
+    for path in sorted(root.rglob("tried.json")):
+        record = json.loads(path.read_text())
+        for point in record["tried"]:
+            tried.append({"run": str(path.parent.relative_to(root)), "env": record["env"], "seed": record["seed"],
+                          **point})
+    return tried
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--gather-only", action="store_true", help="only rebuild the JSON from finished seeds")
+    names = {f.name for f in fields(CompareConfig)} - {"name", "seed"}
+    for name in sorted(names):
+        default = getattr(CompareConfig, name)
+        parser.add_argument("--" + name.replace("_", "-"), default=None,
+                            help=f"default {default}" + (" (comma-separated)" if isinstance(default, tuple) else ""))
+    args = parser.parse_args(argv)
+    given = {}
+    for name in names:
+        raw = getattr(args, name)
+        if raw is None:
+            continue
+        default = getattr(CompareConfig, name)
+        given[name] = (tuple(type(default[0])(v) for v in raw.split(",")) if isinstance(default, tuple)
+                       else type(default)(raw))
+    base = CompareConfig(**given)
+    root = runs_dir() / "rl-vs-sft"
+    seeds = []
+    for seed in args.seeds:
+        name = f"rl-vs-sft/{base.env}/{base.regime.replace(':', '-')}/seed-{seed}"
+        result_file = runs_dir() / name / "result.json"
+        if args.gather_only:
+            if not result_file.exists():
+                continue
+            result = json.loads(result_file.read_text())
+        else:
+            from dataclasses import replace
+
+            result = run_compare(replace(base, name=name, seed=seed))
+        seeds.append(seed_entry(result))
+    out = {"env": base.env, "regime": base.regime, "model": base.model, "config": {
+        k: v for k, v in json.loads(json.dumps(base.__dict__)).items() if k not in ("name", "seed")},
+        "tried": gather_tried(root), "seeds": seeds}
+    print(f"-> {write_result('rl_vs_sft.json', out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""``agentlab compare``: regimes, the RFT row format, and every arm end to end with the tiny model (resumable)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from agentlab.compare import ARMS, CompareConfig, episode_sft_row, parse_regime, regime_demos, run_compare
+from agentlab.envs import load
+from agentlab.rollout import Renderer, run_episodes, scripted_generate_fn
+
+
+@pytest.mark.parametrize("regime", ["cheap", "cheap:", "cheap:0", "oracle:8", "8"])
+def test_bad_regime_is_refused_before_any_work(regime):
+    with pytest.raises(ValueError, match="expected '<kind>:<n>'"):
+        CompareConfig(regime=regime)
+
+
+def test_regimes_give_what_they_promise():
+    spec = load("product_finder")
+    train = spec.make_tasks("train", 400, seed=0)
+    easy = regime_demos(spec, "easy:16", train)
+    by_id = {t.id: t for t in train}
+    assert len(easy) == 16 and {by_id[d["task_id"]].difficulty for d in easy} == {1}
+    cheap = regime_demos(spec, "cheap:16", train)
+    # the cheap strategy searches once for the bare product type and recommends the first hit
+    for demo in cheap:
+        calls = [m["tool_calls"][0]["function"] for m in demo["messages"] if m["role"] == "assistant"]
+        assert [c["name"] for c in calls] == ["search_products", "recommend"]
+        assert calls[0]["arguments"] == {"query": by_id[demo["task_id"]].answer["constraints"]["type"]}
+    assert parse_regime("expert:3") == ("expert", 3)
+    with pytest.raises(ValueError, match="has no cheap_policy"):
+        regime_demos(load("lookup"), "cheap:4", load("lookup").make_tasks("train", 4, seed=0))
+    with pytest.raises(ValueError, match="only 3 successful demonstrations among 3"):
+        regime_demos(load("lookup"), "expert:4", load("lookup").make_tasks("train", 3, seed=0))
+
+
+def test_rft_rows_train_exactly_the_generated_tokens(tiny):
+    _, tok = tiny
+    spec = load("lookup")
+    tasks = spec.make_tasks("train", 2, seed=1)
+    renderer = Renderer(tok, spec.env_class)
+    eps = run_episodes(None, tok, spec, tasks, progress=False,
+                       generate_fn=scripted_generate_fn(renderer, tasks, spec.expert))
+    for ep in eps:
+        row = episode_sft_row(ep)
+        trained = [t for t, m in zip(row["input_ids"], row["assistant_masks"], strict=True) if m]
+        generated = [t for t, m in zip(ep.tokens["completion_ids"], ep.tokens["mask"], strict=True) if m]
+        assert trained == generated and sum(t.n_generated for t in ep.turns) == len(trained)
+        assert row["input_ids"][: len(ep.tokens["prompt_ids"])] == ep.tokens["prompt_ids"]
+
+
+def test_every_arm_end_to_end_and_resume(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTLAB_RUNS", str(tmp_path))
+    cfg = CompareConfig.smoke(name="cmp")
+    result = run_compare(cfg)
+    run = tmp_path / "cmp"
+    saved = json.loads((run / "result.json").read_text())
+    assert saved["n"] == cfg.test and set(ARMS) <= set(saved)
+    for arm in ARMS:
+        e = saved[arm]
+        assert 0 <= e["ci_low"] <= e["success"] <= e["ci_high"] <= 1 and e["n"] == cfg.test
+    for arm in ("sft_best", "sft_matched", "rft", "sft_all"):
+        d = saved[f"grpo_minus_{arm}"]
+        assert -1 <= d["ci_low"] <= d["mean"] <= d["ci_high"] <= 1
+    # the SFT search covered every lr x steps point, each scored on validation
+    search = [t for t in saved["tried"] if t["arm"] == "sft_best"]
+    assert {(t["lr"], t["steps"]) for t in search} == {(lr, s) for lr in cfg.sft_lrs for s in cfg.sft_steps}
+    best = max(search, key=lambda t: t["validation"]["success"])["validation"]["success"]
+    assert saved["choices"]["sft_best"]["validation"]["success"] == best
+    assert saved["choices"]["grpo"]["step"] >= 1  # GRPO's own checkpoint counts, never its SFT start
+    # the test split is touched once per arm; GRPO's checkpoint evals read validation tasks only
+    test_ids = {json.loads(line)["id"] for line in (run / "tasks" / "test.jsonl").read_text().splitlines()}
+    val_ids = {json.loads(line)["id"] for line in (run / "tasks" / "validation.jsonl").read_text().splitlines()}
+    for arm in ARMS:
+        lines = (run / "test" / arm / "rollouts.jsonl").read_text().splitlines()
+        assert {json.loads(line)["task"]["id"] for line in lines} == test_ids
+    for path in (run / "grpo" / "evals").glob("*.rollouts.jsonl"):
+        assert {json.loads(line)["task"]["id"] for line in path.read_text().splitlines()} <= val_ids
+    # compute matching: both baselines ran for (about) GRPO's training seconds, and no longer than a step over
+    grpo_s = saved["choices"]["grpo"]["train_seconds"]
+    assert saved["choices"]["sft_matched"]["seconds"] >= grpo_s
+    assert saved["choices"]["rft"]["sampling_s"] + saved["choices"]["rft"]["sft_seconds"] >= grpo_s
+    assert (run / "result.png").stat().st_size > 10_000
+    # resume: a finished comparison is read back, not redone
+    stamps = {p: p.stat().st_mtime_ns for p in run.rglob("adapter_model.safetensors")}
+    assert json.loads(json.dumps(run_compare(cfg))) == json.loads(json.dumps(result)) == saved
+    assert stamps == {p: p.stat().st_mtime_ns for p in run.rglob("adapter_model.safetensors")}
+
+
+def test_cli_refuses_bad_arms_in_one_line(tmp_path):
+    env = {**os.environ, "AGENTLAB_RUNS": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "agentlab.cli", "compare", "--smoke", "--arms", "grpo,dpo"],
+                         capture_output=True, text=True, env=env, check=False)
+    assert out.returncode == 2 and "expected a subset of" in out.stderr and "Traceback" not in out.stderr
