@@ -70,7 +70,7 @@ class CompareConfig:
     sft_all_demos: int = 256
 
     def __post_init__(self):
-        kind, n = parse_regime(self.regime)
+        parse_regime(self.regime)
         errors = []
         if not self.sft_lrs or any(lr <= 0 for lr in self.sft_lrs):
             errors.append(f"sft_lrs={self.sft_lrs} must be positive learning rates")
@@ -173,9 +173,10 @@ class Comparison:
 
     # -- helpers ------------------------------------------------------------------------------------------------
 
-    def _timed(self, key: str, fn):
+    def _timed(self, key: str, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)``, its seconds recorded under ``key`` in ``seconds.json`` the first time."""
         t0 = time.time()
-        out = fn()
+        out = fn(*args, **kwargs)
         if key not in self.seconds:
             self.seconds[key] = round(time.time() - t0, 1)
             self.run.write_json("seconds.json", self.seconds)
@@ -235,8 +236,8 @@ class Comparison:
         def score(lr: float, s: int, adapter: Path) -> bool:
             nonlocal best
             folder = adapter.parent
-            summary = self._timed(f"{arm}_lr={lr:g}_steps={s}_validation", lambda: self.evaluate(
-                folder / f"validation-step-{s}", adapter, val, f"{arm} lr={lr:g} steps={s}"))
+            summary = self._timed(f"{arm}_lr={lr:g}_steps={s}_validation", self.evaluate,
+                                  folder / f"validation-step-{s}", adapter, val, f"{arm} lr={lr:g} steps={s}")
             regime = self.cfg.regime if arm != "sft_all" else f"expert:{self.cfg.sft_all_demos}"
             point = {"arm": arm, "regime": regime, "lr": lr, "steps": s, "validation": _entry(summary)}
             self._tried(point)
@@ -249,8 +250,8 @@ class Comparison:
         for lr in lrs:
             folder = self.run.path / arm / f"lr={lr:g}"
             if not all((folder / f"adapter-step-{s}" / "adapter_config.json").exists() for s in steps):
-                self._timed(f"{arm}_lr={lr:g}_train", lambda: run_sft(
-                    self.cfg.model, demos, folder, self.sft_settings(lr, max(steps)), save_at=steps))
+                self._timed(f"{arm}_lr={lr:g}_train", run_sft, self.cfg.model, demos, folder,
+                            self.sft_settings(lr, max(steps)), save_at=steps)
             for s in steps:
                 score(lr, s, folder / f"adapter-step-{s}")
         last = max(steps)
@@ -261,9 +262,8 @@ class Comparison:
             lr, folder = point["lr"], self.run.path / arm / f"lr={point['lr']:g}"
             target = folder / f"adapter-step-{2 * last}"
             if not (target / "adapter_config.json").exists():  # continue the run (a fresh optimiser state)
-                self._timed(f"{arm}_lr={lr:g}_extend={2 * last}", lambda: run_sft(
-                    self.cfg.model, demos, folder / f"extend-{2 * last}", self.sft_settings(lr, last),
-                    init_adapter=adapter))
+                self._timed(f"{arm}_lr={lr:g}_extend={2 * last}", run_sft, self.cfg.model, demos,
+                            folder / f"extend-{2 * last}", self.sft_settings(lr, last), init_adapter=adapter)
                 (folder / f"extend-{2 * last}" / "adapter").rename(target)
             improved = score(lr, 2 * last, target)
             last *= 2
@@ -370,14 +370,14 @@ def run_compare(cfg: CompareConfig, arms: tuple[str, ...] = ARMS, overwrite: boo
     policies["sft_best"] = best
     if "grpo" in arms:
         _say(f"[{cfg.name}] GRPO from sft_best (lr {best['lr']:g}, {best['steps']} steps): {cfg.grpo_steps} steps")
-        policies["grpo"] = cmp._timed("grpo", lambda: cmp.grpo(best, val, splits["train"]))
+        policies["grpo"] = cmp._timed("grpo", cmp.grpo, best, val, splits["train"])
         budget = policies["grpo"]["train_seconds"]
         if "sft_matched" in arms:
             _say(f"[{cfg.name}] sft_matched: SFT continued for GRPO's {budget:.0f} s")
-            policies["sft_matched"] = cmp._timed("sft_matched", lambda: cmp.sft_matched(best, budget))
+            policies["sft_matched"] = cmp._timed("sft_matched", cmp.sft_matched, best, budget)
         if "rft" in arms:
             _say(f"[{cfg.name}] rft: rejection sampling + SFT for GRPO's {budget:.0f} s")
-            policies["rft"] = cmp._timed("rft", lambda: cmp.rft(best, budget, splits["train"]))
+            policies["rft"] = cmp._timed("rft", cmp.rft, best, budget, splits["train"])
     if "sft_all" in arms:
         _say(f"[{cfg.name}] sft_all (reference): {cfg.sft_all_demos} expert demonstrations at lr {best['lr']:g}")
         policies["sft_all"] = cmp.sft_search("sft_all", cmp.demos("demos_all"), (best["lr"],), val)
@@ -385,7 +385,7 @@ def run_compare(cfg: CompareConfig, arms: tuple[str, ...] = ARMS, overwrite: boo
     for arm, chosen in policies.items():
         _say(f"[{cfg.name}] test evaluation of {arm} on {len(test)} tasks (greedy, once)")
         folder = cmp.run.path / "test" / arm
-        summary = cmp._timed(f"test_{arm}", lambda: cmp.evaluate(folder, chosen["adapter"], test, arm))
+        summary = cmp._timed(f"test_{arm}", cmp.evaluate, folder, chosen["adapter"], test, arm)
         results[arm] = _entry(summary)
         episodes[arm] = read_rollouts(folder / "rollouts.jsonl")[0]
     diffs = {}

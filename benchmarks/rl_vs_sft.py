@@ -21,10 +21,10 @@ from dataclasses import fields
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import write_result  # noqa: E402
+from common import write_result
 
-from agentlab.compare import ARMS, CompareConfig, run_compare  # noqa: E402
-from agentlab.paths import runs_dir  # noqa: E402
+from agentlab.compare import ARMS, CompareConfig, run_compare
+from agentlab.paths import runs_dir
 
 POLICY_KEYS = ("success", "ci_low", "ci_high")
 

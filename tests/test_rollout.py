@@ -115,6 +115,35 @@ def test_real_tiny_model_runs_batched_and_reproducibly(tiny):
     assert [e.tokens["completion_ids"] for e in a] == [e.tokens["completion_ids"] for e in b]
 
 
+def test_prefix_cached_generation_matches_uncached_token_for_token(tiny):
+    """The shared-prefix cache changes no generated token (fp32, greedy), on a first turn and on a later turn
+    whose rows carry tool results of different lengths."""
+    import copy
+
+    import torch
+
+    from agentlab.rollout import hf_generate_fn
+
+    model, tok = tiny
+    model = copy.deepcopy(model)
+    torch.manual_seed(0)
+    with torch.no_grad():  # larger random weights: the default init emits one token whatever the context
+        for param in model.parameters():
+            param.normal_(0, 0.5)
+    renderer = Renderer(tok, SPEC.env_class)
+    tasks = SPEC.make_tasks("test", 3, seed=5)
+    cfg = LoopConfig(max_new_tokens=6, temperature=0, precision="fp32")
+    cached = hf_generate_fn(model, tok, cfg, greedy=True, seed=0)
+    plain = hf_generate_fn(model, tok, cfg, greedy=True, seed=0, prefix_cache=False)
+    seqs = [renderer.prompt_ids(t) for t in tasks]
+    first = cached(seqs)
+    assert first == plain(seqs) and len({tuple(f) for f in first}) > 1  # context matters to this model
+    results = ["Ada Vell | lives in Oslo", "no match"]
+    turn2 = [s + g + renderer.suffix_ids([{"role": "tool", "name": "lookup_person", "content": r}])
+             for s, g, r in zip([seqs[0], seqs[2]], [first[0], first[2]], results, strict=True)]
+    assert cached(turn2) == plain(turn2)
+
+
 def test_same_tokens_as_trl_tool_loop(tiny, tmp_path):
     """Render the same scripted episodes with TRL's GRPOTrainer tool loop and with ours: identical ids and masks."""
     from datasets import Dataset
