@@ -247,7 +247,7 @@ def _cmd_quickstart(a) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from agentlab.sweeps import SWEEPABLE
-    from agentlab.train import Experiment
+    from agentlab.train import LOSS_TYPES, SCALE_REWARDS, Experiment
 
     parser = argparse.ArgumentParser(prog="agentlab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -296,6 +296,13 @@ def build_parser() -> argparse.ArgumentParser:
         flag = "--" + f.name.replace("_", "-")
         if f.name == "report_to":
             p.add_argument(flag, nargs="*", choices=["wandb", "trackio"], default=None)
+        elif f.name == "reward":
+            p.add_argument(flag, default=None, metavar="SPEC",
+                           help="e.g. success, 'f4=1,empty=-0.2,trajectory_recall=0.1', or module:attr / file.py:attr "
+                                "(default: the environment's own reward)")
+        elif f.name in ("loss_type", "scale_rewards"):
+            p.add_argument(flag, default=None, choices=LOSS_TYPES if f.name == "loss_type" else SCALE_REWARDS,
+                           help=f"default {f.default} (passed to TRL's GRPOConfig)")
         else:
             p.add_argument(flag, type=type(f.default), default=None, help=f"default {f.default}")
     p.add_argument("--init-adapter", default=None, help="start from this LoRA adapter (e.g. the SFT one)")

@@ -286,28 +286,145 @@ def compose(**weighted_terms: float | Callable[[Episode], float]) -> Reward:
     return Reward(dict(weighted_terms))
 
 
-DEFAULT_REWARDS: dict[str, dict[str, float]] = {
-    # No format bonus by default. GRPO normalises rewards within each group, so in a group where nothing
-    # succeeds a 0.1 bonus for "answered" becomes a full-size advantage: measured on lookup after a 4-step SFT,
-    # success fell 0.31 -> 0.00 in 6 steps as the policy learned to answer without searching. Notebook 05 shows it.
-    "lookup": {"success": 1.0},
-    # code_search's success accepts a superset of the reference names (up to 10), so success alone pays as much
-    # for listing every search hit as for the answer (probe_report flags it); precision makes that cost.
-    "code_search": {"success": 1.0, "precision": 0.5},
-    "product_finder": {"success": 1.0},
-    "doc_search": {"f4": 1.0, "empty": -0.2},
-}
-
-
 def default_reward(env_name: str) -> Reward:
-    """The reward an environment trains on unless a config says otherwise."""
-    if env_name not in DEFAULT_REWARDS:
-        raise ValueError(f"no default reward for {env_name!r}; expected one of {sorted(DEFAULT_REWARDS)}")
-    return Reward(dict(DEFAULT_REWARDS[env_name]))
+    """The reward an environment trains on unless a config says otherwise (``EnvSpec.default_reward``, kept in
+    the environment's own file)."""
+    from agentlab.envs import load
+
+    return load(env_name).default_reward
+
+
+def parse_reward(spec: str) -> Reward | Callable[[Episode], tuple[float, dict[str, float]]]:
+    """A reward from a readable spec (the CLI's ``--reward``).
+
+    ``"success"`` or ``"f4=1,empty=-0.2,trajectory_recall=0.1"``: terms of :data:`TERMS` (or ``f<beta>``), each
+    with an optional weight (default 1); ``"fbeta:beta=4"`` is spelled-out ``f4``. ``"module:attr"`` or
+    ``"path/to/file.py:attr"``: a :class:`Reward`, or any callable of the finished episode, imported from there.
+
+    >>> parse_reward("fbeta:beta=4,empty=-0.2,trajectory_recall=0.1").terms
+    {'f4': 1.0, 'empty': -0.2, 'trajectory_recall': 0.1}
+    """
+    spec = spec.strip()
+    head, sep, _ = spec.partition(":")
+    if sep and head != "fbeta":
+        return _import_object(spec)
+    terms: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        if item.startswith("fbeta:"):
+            beta = re.fullmatch(r"fbeta:beta=(\d+(?:\.\d+)?)(?:=(.+))?", item)
+            if not beta:
+                raise ValueError(f"reward spec {spec!r}: expected 'fbeta:beta=<number>', got {item!r}")
+            name, weight = f"f{float(beta.group(1)):g}", beta.group(2) or "1"
+        else:
+            name, _, weight = item.partition("=")
+            weight = weight or "1"
+        try:
+            terms[name.strip()] = float(weight)
+        except ValueError:
+            raise ValueError(f"reward spec {spec!r}: weight {weight!r} of {name!r} is not a number") from None
+    if not terms:
+        raise ValueError(f"reward spec {spec!r} names no term; e.g. 'success' or 'f4=1,empty=-0.2'")
+    return Reward(terms)  # unknown term names fail here, with the list of known ones
+
+
+def as_reward_fn(reward) -> RewardFn:
+    """Any reward (a :class:`Reward`, or a callable returning a number or a ``(total, terms)`` pair) as the loop's
+    ``reward_fn(ep) -> (total, terms)``."""
+    if isinstance(reward, Reward):
+        return reward
+
+    def reward_fn(ep: Episode) -> tuple[float, dict[str, float]]:
+        scored = reward(ep)
+        terms = dict(scored[1]) if isinstance(scored, tuple) else {"reward": _total(scored)}
+        return _total(scored), terms
+
+    return reward_fn
+
+
+def _import_object(target: str):
+    """``module:attr`` or ``file.py:attr`` -> the object; one clear error naming what failed."""
+    import importlib
+    import importlib.util
+    from pathlib import Path
+
+    module_name, _, attr = target.rpartition(":")
+    try:
+        if module_name.endswith(".py"):
+            path = Path(module_name)
+            if not path.exists():
+                raise ValueError(f"{target!r}: file {path} does not exist")
+            loaded = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(loaded)
+            loaded.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 — an import that fails is bad input: say which and why
+        raise ValueError(f"{target!r}: cannot import {module_name!r} ({type(exc).__name__}: {exc})") from None
+    if not hasattr(module, attr):
+        raise ValueError(f"{target!r}: {module_name!r} has no attribute {attr!r}")
+    return getattr(module, attr)
+
+
+def reward_config(reward) -> dict | None:
+    """How a run's ``config.json`` records its reward, so a changed reward can be told from the same one.
+
+    A :class:`Reward` of named terms is plain configuration; any callable (or a callable term) is recorded by
+    ``module:qualname`` and the sha256 of its source, with the source itself when it was defined in
+    ``__main__`` or a notebook cell (it cannot be imported back). ``None``: the environment's default.
+    """
+    import hashlib
+    import inspect
+
+    if reward is None:
+        return None
+
+    def described(fn) -> dict:
+        target = getattr(fn, "func", fn)  # functools.partial: describe the function and its arguments
+        try:
+            source = inspect.getsource(target)
+        except (OSError, TypeError):
+            source = repr(target)
+        out = {"callable": f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', repr(target))}",
+               "sha256": hashlib.sha256(source.encode()).hexdigest()}
+        if target is not fn:
+            out["partial"] = repr(fn)
+        if out["callable"].startswith("__main__:") or "<" in out["callable"]:
+            out["source"] = source
+        return out
+
+    if isinstance(reward, Reward):
+        return {"terms": {name: (float(w) if not callable(w) else described(w)) for name, w in reward.terms.items()}}
+    if callable(reward):
+        return described(reward)
+    raise ValueError(f"reward must be a Reward, a callable of the episode or a spec string; got {type(reward).__name__}")
+
+
+def check_reward(reward_fn, spec, n: int = 2) -> None:
+    """Score scripted expert and random episodes before any training: a reward that raises, or returns NaN or a
+    non-number, fails here with one clear error instead of in the middle of a run."""
+    import math
+
+    for task in spec.make_tasks("validation", n, seed=0):
+        for policy in (spec.expert, spec.random_policy):
+            ep = scripted_episode(spec, task, policy)
+            try:
+                total = _total(reward_fn(ep))
+            except InfraError:
+                continue  # a service being down is not a bad reward (the fault path handles it during training)
+            except Exception as exc:  # noqa: BLE001 — any failure of the user's reward: one clear line
+                raise ValueError(f"the reward failed on a scripted {spec.name} episode: {type(exc).__name__}: {exc}"
+                                 ) from None
+            if not math.isfinite(total):
+                raise ValueError(f"the reward returned {total} on a scripted {spec.name} episode; it must be finite")
 
 
 def _total(scored: tuple[float, dict] | float) -> float:
-    return float(scored[0] if isinstance(scored, tuple) else scored)
+    value = scored[0] if isinstance(scored, tuple) else scored
+    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
+        raise TypeError(f"a reward must be a number (or a (total, terms) pair), got {type(value).__name__}")
+    return float(value)
 
 
 # -- advantages and rescoring --------------------------------------------------------------------------------------

@@ -69,7 +69,10 @@ class RunDir:
         """Create the folder and write ``config.json``; refuse a finished run, or a different config, unless
         ``overwrite``. ``defaults``: a field added to the config since the run started, at its default value,
         does not count as a change (old runs stay resumable)."""
-        cfg = asdict(config) if is_dataclass(config) else dict(config)
+        if hasattr(config, "to_config"):
+            cfg = config.to_config()
+        else:
+            cfg = asdict(config) if is_dataclass(config) else dict(config)
         if self.path.exists() and overwrite:
             import shutil
 

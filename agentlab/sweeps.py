@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from agentlab.runs import RunDir
@@ -80,9 +80,9 @@ def run_sweep(sweep: SweepPlan, train_tasks, eval_tasks, init_adapter: str | Pat
 
     root = RunDir(sweep.name)
     root.path.mkdir(parents=True, exist_ok=True)
-    root.write_json("sweep.json", {"name": sweep.name, "base": asdict(sweep.base),
+    root.write_json("sweep.json", {"name": sweep.name, "base": sweep.base.to_config(),
                                    "init_adapter": str(init_adapter) if init_adapter else None,
-                                   "runs": {k: asdict(e) for k, e in sweep.runs.items()}})
+                                   "runs": {k: e.to_config() for k, e in sweep.runs.items()}})
     for i, (key, exp) in enumerate(sweep.runs.items(), 1):
         run = RunDir(exp.name)
         if run.finished:
@@ -109,7 +109,7 @@ def load_sweep(path: str | Path) -> dict[str, dict]:
 
 def select(runs: dict[str, dict], field: str, base: Experiment | dict) -> dict[str, dict]:
     """The runs of one axis: those differing from ``base`` in ``field`` only (the base included), by value."""
-    base = asdict(base) if isinstance(base, Experiment) else base
+    base = base.to_config() if isinstance(base, Experiment) else base
     keep = {}
     for run in runs.values():
         cfg = run["config"]

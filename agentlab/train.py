@@ -24,6 +24,9 @@ from agentlab.rollout import LoopConfig, Renderer, cache_of, run_episodes
 from agentlab.runs import RunDir
 from agentlab.types import Episode, Task
 
+# TRL 1.16's GRPOConfig.loss_type and scale_rewards values (TRL implements every variant; we pass the name through).
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+SCALE_REWARDS = ("group", "batch", "none")
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -52,6 +55,9 @@ class Experiment:
     hint_switch: float = 0.5      # fraction of training with procedural guidance before enriched observations
     precision: str = "auto"       # "auto": bf16 on GPUs and CPUs with bf16 hardware, else fp32 (agentlab.precision)
     micro_batch: int = 0          # rollouts per forward/backward pass (gradients accumulate over a step); 0: all
+    reward: object = None         # None: the environment's default; a Reward, a callable of the episode, or a spec
+    loss_type: str = "dapo"       # TRL's GRPO loss variants (LOSS_TYPES); "dapo" is TRL's default
+    scale_rewards: str = "group"  # divide advantages by the group's std ("group"), the batch's, or not ("none")
 
     def __post_init__(self):
         from agentlab.envs import names
@@ -79,8 +85,42 @@ class Experiment:
         bad = set(self.report_to) - {"wandb", "trackio"}
         if bad:
             errors.append(f"report_to={sorted(bad)} unknown; expected wandb and/or trackio")
+        if self.loss_type not in LOSS_TYPES:
+            errors.append(f"loss_type={self.loss_type!r} unknown; expected one of {LOSS_TYPES}")
+        if self.scale_rewards not in SCALE_REWARDS:
+            errors.append(f"scale_rewards={self.scale_rewards!r} unknown; expected one of {SCALE_REWARDS}")
+        try:
+            self.reward_object()
+        except ValueError as exc:
+            errors.append(str(exc))
         if errors:
             raise ValueError("bad experiment config: " + "; ".join(errors))
+
+    def reward_object(self):
+        """The configured reward (a spec string parsed), or None for the environment's default."""
+        from agentlab.rewards import parse_reward
+
+        return parse_reward(self.reward) if isinstance(self.reward, str) else self.reward
+
+    def reward_fn(self):
+        """``reward_fn(ep) -> (total, terms)`` that training and checkpoint evals score with."""
+        from agentlab.rewards import as_reward_fn, default_reward
+
+        reward = self.reward_object()
+        return as_reward_fn(reward) if reward is not None else default_reward(self.env)
+
+    def to_config(self) -> dict:
+        """JSON-safe ``config.json`` content; the reward as ``agentlab.rewards.reward_config`` records it."""
+        from dataclasses import fields
+
+        from agentlab.rewards import reward_config
+
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["report_to"] = list(self.report_to)
+        out["reward"] = reward_config(self.reward_object())
+        if isinstance(self.reward, str):
+            out["reward"] = {"spec": self.reward, **out["reward"]}
+        return out
 
     def loop(self) -> LoopConfig:
         return LoopConfig(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
@@ -324,8 +364,11 @@ def _checkpointed_layers(model, enabled: bool = True):
             module.__dict__.update(state)
 
 
-def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: RunDir, stats: _StepStats):
-    """A TRL ``rollout_func`` that runs our agent loop for the batch's prompts (G consecutive copies each)."""
+def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: RunDir, stats: _StepStats,
+                      reward_fn=None):
+    """A TRL ``rollout_func`` that runs our agent loop for the batch's prompts (G consecutive copies each), scoring
+    each episode with ``reward_fn`` (default: the experiment's reward)."""
+    reward_fn = reward_fn or exp.reward_fn()
     by_question = {t.question: t for t in tasks}
     config = exp.loop()
 
@@ -357,7 +400,7 @@ def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: 
             episodes = run_episodes(model, tokenizer, spec, [by_question[q] for q in unique], samples=samples,
                                     config=config, seed=exp.seed * 100_003 + step, progress=False, step=step,
                                     model_id=exp.model, config_id=exp.name, generate_fn=generate_fn,
-                                    observe=observe)
+                                    observe=observe, reward_fn=reward_fn)
         stats.generate_s = time.perf_counter() - t0
         if was_training:
             model.train()
@@ -419,7 +462,8 @@ def grpo_kwargs(exp: Experiment, output_dir: Path, **overrides) -> dict:
         # accumulate into one optimiser step (TRL splits the generation batch; the loss is normalised over it).
         warmup_steps=0, per_device_train_batch_size=micro, gradient_accumulation_steps=batch // micro,
         steps_per_generation=batch // micro,
-        num_generations=exp.group_size, beta=exp.beta, temperature=exp.temperature,
+        num_generations=exp.group_size, beta=exp.beta, temperature=exp.temperature, loss_type=exp.loss_type,
+        scale_rewards=exp.scale_rewards,
         max_completion_length=exp.max_context, logging_steps=1, save_strategy="steps", save_steps=exp.eval_every,
         report_to=list(exp.report_to), seed=exp.seed, use_cpu=not _cuda(), bf16=_bf16(exp.precision),
         # Transformers' checkpointing would drop the shared prefix's cache; shared_prefix_logps checkpoints the
@@ -520,8 +564,12 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
     spec = load(exp.env)
     _tracking_env(exp.report_to)
     run = run or RunDir(exp.name)
-    run.prepare({**asdict(exp), "init_adapter": str(init_adapter) if init_adapter else None}, overwrite=overwrite,
-                defaults=asdict(Experiment()))
+    reward_fn = exp.reward_fn()
+    from agentlab.rewards import check_reward
+
+    check_reward(reward_fn, spec)  # a reward that raises or returns NaN fails here, before any folder or model
+    run.prepare({**exp.to_config(), "init_adapter": str(init_adapter) if init_adapter else None},
+                overwrite=overwrite, defaults=Experiment().to_config())
     _threads()
     checkpoints = run.checkpoints()
     resume = str(checkpoints[-1]) if checkpoints else None
@@ -569,7 +617,7 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
         args=grpo_config(exp, run.path / "checkpoints", **(trainer_overrides or {})),
         train_dataset=Dataset.from_list(rows), processing_class=tok,
         peft_config=None if (init_adapter or backend == "unsloth") else lora_config(exp.lora_r),
-        rollout_func=make_rollout_func(spec, tok, train_tasks, exp, run, stats), callbacks=[Recorder()])
+        rollout_func=make_rollout_func(spec, tok, train_tasks, exp, run, stats, reward_fn), callbacks=[Recorder()])
     if not resume:
         evaluate_policy(trainer.model, tok, spec, eval_tasks, exp, run, 0)
     trainer.train(resume_from_checkpoint=resume)
@@ -603,7 +651,7 @@ def evaluate_policy(model, tok, spec, tasks: list[Task], exp: Experiment, run: R
     with torch.no_grad(), open(path, "w") as fh:
         episodes = run_episodes(model, tok, spec, tasks[: exp.eval_tasks], config=replace(exp.loop(), temperature=0),
                                 greedy=True, out=fh, progress=False, step=step, model_id=exp.model,
-                                config_id=exp.name)
+                                config_id=exp.name, reward_fn=exp.reward_fn())
     if was_training:
         model.train()
     summary = {"step": step, **summarize(episodes)}

@@ -189,10 +189,10 @@ class ToolEnv:
         return None
 
     def get_reward(self) -> float:
+        """The environment's default reward of the episode so far (TRL's ``environment_factory`` reads it)."""
         from agentlab.envs import load  # local import: envs import this module
 
-        spec = load(self.name)
-        return float(spec.reward(self._task, self._outcome))
+        return load(self.name).score(self._task, self._outcome)
 
     @property
     def done(self) -> bool:
@@ -232,7 +232,7 @@ class EnvSpec:
     * ``env_class`` — the ToolEnv subclass (pass it as TRL's ``environment_factory``).
     * ``make_tasks(split, n, seed, **knobs)`` — deterministic task generator; splits are disjoint.
     * ``evaluate(task, outcome)`` — pure success check: a dict with at least ``success`` (0..1) and ``exact``.
-    * ``reward(task, outcome)`` — the default shaped reward (see ``agentlab.rewards`` to edit it).
+    * ``default_reward`` — the :class:`agentlab.rewards.Reward` GRPO trains on unless a config names another.
     * ``expert`` / ``random_policy`` — scripted policies (expert demos for SFT; a floor for evaluation).
     * ``audit_keys(task)`` — the strings (line, answer ids, query) that must not repeat across splits.
     * ``cheap_policy`` — optional: a cheaper, imperfect strategy that succeeds only sometimes (the traces one has
@@ -243,7 +243,7 @@ class EnvSpec:
     env_class: type[ToolEnv]
     make_tasks: Callable[..., list[Task]]
     evaluate: Callable[[Task, Outcome], dict]
-    reward: Callable[[Task, Outcome], float]
+    default_reward: Callable[[Episode], tuple[float, dict[str, float]]]
     expert: Policy
     random_policy: Policy
     audit_keys: Callable[[Task], dict[str, list[str]]]
@@ -252,6 +252,10 @@ class EnvSpec:
 
     def make_env(self) -> ToolEnv:
         return self.env_class()
+
+    def score(self, task: Task, outcome: Outcome) -> float:
+        """The default reward of an outcome (an episode with no turns: terms that read turns see none)."""
+        return float(self.default_reward(Episode(task=task, outcome=outcome, metrics=self.evaluate(task, outcome)))[0])
 
 
 def call_tool(env: ToolEnv, call: ToolCall) -> str:

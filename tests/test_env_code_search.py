@@ -229,8 +229,10 @@ def test_evaluate_is_lenient_on_format_not_on_names():
     assert cs.evaluate(task, Outcome(final=["dumps", "loads"]))["success"] == 0.0
     assert cs.evaluate(task, Outcome(final=["JSON.DUMPS", "json.loads"]))["success"] == 0.0
     assert cs.evaluate(task, Outcome(final=["json.dumps"]))["recall"] == 0.5
-    assert cs.reward(task, Outcome(final=["json.dumps", "json.loads"])) == 1.0
-    assert cs.reward(task, Outcome(final=["json.dumps", "json.load"])) == 0.25
+    # default reward: success + 0.5 x precision, so the exact set pays most and padding the answer costs
+    assert cs.SPEC.score(task, Outcome(final=["json.dumps", "json.loads"])) == 1.5
+    assert cs.SPEC.score(task, Outcome(final=["json.dumps", "json.loads", "json.load"])) == 1 + 0.5 * 2 / 3
+    assert cs.SPEC.score(task, Outcome(final=["json.dumps", "json.load"])) == 0.25
     assert cs.evaluate(task, Outcome())["success"] == 0.0
 
 

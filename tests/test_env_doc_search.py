@@ -155,7 +155,7 @@ def test_evaluate_and_reward_on_hand_written_outcomes(spec, test_tasks):
     task = next(t for t in test_tasks if len(t.answer["facts"]) == 2)
     a, b = (f[0] for f in task.answer["facts"])
     junk = [cid for cid in pydocs.load("default").ids[:40] if not any(cid in f for f in task.answer["facts"])]
-    assert spec.reward(task, Outcome()) == -0.2
+    assert spec.score(task, Outcome()) == -0.2
     perfect = spec.evaluate(task, Outcome(final=[a, b], seen=[a, b], finished=True))
     assert perfect["success"] == perfect["exact"] == perfect["f4"] == 1.0
     quarter = spec.evaluate(task, Outcome(final=[a, b] + junk[:6]))
@@ -164,7 +164,7 @@ def test_evaluate_and_reward_on_hand_written_outcomes(spec, test_tasks):
     assert flood["recall"] == 1.0 and flood["success"] == 0.0  # curating everything is not success
     half = spec.evaluate(task, Outcome(final=[a], seen=[a, b]))
     assert (half["recall"], half["precision"], half["trajectory_recall"], half["success"]) == (0.5, 1.0, 1.0, 0.0)
-    assert spec.reward(task, Outcome(final=junk[:3])) == 0.0
+    assert spec.score(task, Outcome(final=junk[:3])) == 0.0
 
 
 def test_expert_and_random_on_200_test_tasks(spec, test_tasks):

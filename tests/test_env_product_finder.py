@@ -127,7 +127,7 @@ def test_evaluate_on_hand_written_outcomes(spec, test_tasks):
         "success": 1.0, "exact": 0.0, "answered": 1.0, "found_target": 0.0}
     assert spec.evaluate(task, Outcome(final=[wrong], finished=True))["success"] == 0.0
     assert spec.evaluate(task, Outcome())["answered"] == 0.0
-    assert spec.reward(task, Outcome(final=[other], finished=True)) == 1.0
+    assert spec.score(task, Outcome(final=[other], finished=True)) == 1.0
 
 
 def test_expert_reaches_asr_095_and_random_stays_near_zero(spec, test_tasks):

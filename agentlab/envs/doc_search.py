@@ -22,6 +22,7 @@ import re
 from functools import lru_cache
 
 from agentlab.corpora import pydocs
+from agentlab.rewards import Reward
 from agentlab.search import words
 from agentlab.types import EnvSpec, InfraError, Outcome, Task, ToolCall, ToolEnv, seeded_rng
 
@@ -334,11 +335,6 @@ def evaluate(task: Task, outcome: Outcome) -> dict:
             "curated": float(len(curated)), "finished": float(outcome.finished)}
 
 
-def reward(task: Task, outcome: Outcome) -> float:
-    """The seed's reward: F4 of the curated set, or a flat -0.2 when nothing was curated."""
-    return evaluate(task, outcome)["f4"] if outcome.final else -0.2
-
-
 def _ids_in(result: str) -> list[str]:
     return [line.split(" | ", 1)[0] for line in result.splitlines() if " | " in line]
 
@@ -397,8 +393,13 @@ def audit_keys(task: Task) -> dict[str, list[str]]:
     return {"line": [task.question + " => " + " ".join(ids)], "answer": ids, "query": [task.question]}
 
 
+# The write-up's reward: F4 of the curated set (recall counts 16x precision), and -0.2 for curating nothing, since
+# an empty set and a wrong set both score F4 = 0 and GRPO needs them told apart.
+DEFAULT_REWARD = Reward({"f4": 1.0, "empty": -0.2})
+
+
 SPEC = EnvSpec(
-    name="doc_search", env_class=DocSearchEnv, make_tasks=make_tasks, evaluate=evaluate, reward=reward,
+    name="doc_search", env_class=DocSearchEnv, make_tasks=make_tasks, evaluate=evaluate, default_reward=DEFAULT_REWARD,
     expert=expert, random_policy=random_policy, audit_keys=audit_keys,
     description="Curate the Python-documentation chunks that support 1-3 facts (F4 reward, seed 002).",
 )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from agentlab.rewards import Reward
 from agentlab.types import EnvSpec, Outcome, Task, ToolCall, ToolEnv, seeded_rng
 
 FIRST = ["Ada", "Bram", "Cora", "Dag", "Edda", "Finn", "Greta", "Hugo", "Ines", "Jon", "Kaia", "Lars", "Mira", "Nils", "Olga", "Per", "Rana", "Sven", "Tove", "Ulf"]
@@ -145,10 +146,6 @@ def evaluate(task: Task, outcome: Outcome) -> dict:
             "found_person": float(task.answer["person"] in outcome.seen)}
 
 
-def reward(task: Task, outcome: Outcome) -> float:
-    return evaluate(task, outcome)["success"]
-
-
 def expert(task: Task):
     person = next(p for p in directory() if p["id"] == task.answer["person"])
     result = yield ToolCall("search_people", {"query": person["name"]})
@@ -168,8 +165,14 @@ def audit_keys(task: Task) -> dict[str, list[str]]:
     return {"line": [task.question + " => " + task.answer["value"]], "answer": [task.answer["person"]], "query": [task.question]}
 
 
+# What GRPO trains on unless a config says otherwise. No format bonus: GRPO normalises rewards within each group, so
+# in a group where nothing succeeds a 0.1 bonus for "answered" becomes a full-size advantage (measured after a 4-step
+# SFT: success fell 0.31 -> 0.00 in 6 steps as the policy learned to answer without searching; notebook 05).
+DEFAULT_REWARD = Reward({"success": 1.0})
+
+
 SPEC = EnvSpec(
-    name="lookup", env_class=LookupEnv, make_tasks=make_tasks, evaluate=evaluate, reward=reward,
+    name="lookup", env_class=LookupEnv, make_tasks=make_tasks, evaluate=evaluate, default_reward=DEFAULT_REWARD,
     expert=expert, random_policy=random_policy, audit_keys=audit_keys,
     description="Fictional people directory: search by name, answer one attribute (fixture and quickstart).",
 )

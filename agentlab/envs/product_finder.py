@@ -24,6 +24,7 @@ import re
 from functools import lru_cache
 
 from agentlab.corpora.catalog import TYPES, ProductIndex, index, satisfies, terms
+from agentlab.rewards import Reward
 from agentlab.types import EnvSpec, InfraError, Outcome, Task, ToolCall, ToolEnv, seeded_rng
 
 # Products (by id) and queries (by text) both hash to a split; a task is kept only when the two agree, so no
@@ -248,10 +249,6 @@ def evaluate(task: Task, outcome: Outcome) -> dict:
             "found_target": float(target in outcome.seen)}
 
 
-def reward(task: Task, outcome: Outcome) -> float:
-    return evaluate(task, outcome)["success"]
-
-
 def _parse_view(text: str) -> dict:
     attrs = dict(re.findall(r"^(\w+): (.*)$", text, re.MULTILINE))
     for key in ("price", "rating"):
@@ -298,8 +295,11 @@ def audit_keys(task: Task) -> dict[str, list[str]]:
     return {"line": [f"{task.question} => {target}"], "answer": [target], "query": [task.question]}
 
 
+DEFAULT_REWARD = Reward({"success": 1.0})  # ASR: every constraint met, nothing partial to game
+
+
 SPEC = EnvSpec(
-    name="product_finder", env_class=ProductFinderEnv, make_tasks=make_tasks, evaluate=evaluate, reward=reward,
+    name="product_finder", env_class=ProductFinderEnv, make_tasks=make_tasks, evaluate=evaluate, default_reward=DEFAULT_REWARD,
     expert=expert, random_policy=random_policy, audit_keys=audit_keys, cheap_policy=type_only,
     description="ShoppingBench Products-Finder: search a seeded catalog, recommend a product meeting every constraint.",
 )
