@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
-from agentlab.types import EnvSpec, Episode, Task, ToolCall, ToolEnv, Turn, call_tool, tool_names
+from agentlab.types import EnvSpec, Episode, InfraError, Task, ToolCall, ToolEnv, Turn, call_tool, tool_names
 
 # A generate function maps token sequences (one per live episode) to the new tokens of each.
 GenerateFn = Callable[[list[list[int]]], list[list[int]]]
@@ -204,13 +204,30 @@ def _call_with_retries(env: ToolEnv, call: ToolCall, config: LoopConfig) -> tupl
     raise AssertionError("unreachable")
 
 
-def _finish(live: _Live, spec: EnvSpec, exit_reason: str, infra: bool, reward_fn) -> Episode:
+def _score(reward_fn, ep: Episode, config: LoopConfig) -> tuple[float, dict] | None:
+    """The episode's reward; a reward that needs a service (an LLM judge) and finds it failing is retried with
+    backoff, then reported as ``None``: the service's outage, never the policy's 0."""
+    for attempt in range(config.retries + 1):
+        try:
+            return reward_fn(ep)
+        except (InfraError, TimeoutError, ConnectionError):
+            if attempt == config.retries:
+                return None
+            time.sleep(config.backoff_s * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def _finish(live: _Live, spec: EnvSpec, exit_reason: str, infra: bool, reward_fn,
+            config: LoopConfig = LoopConfig()) -> Episode:
     ep = live.episode
     ep.outcome = live.env._outcome
     ep.metrics = spec.evaluate(ep.task, ep.outcome)
     ep.exit_reason = exit_reason
     ep.failure = "infra" if infra else (None if ep.success >= 1.0 else "model")
-    total, terms = reward_fn(ep)
+    scored = _score(reward_fn, ep, config)
+    if scored is None:  # the reward's service failed: infra, left out of training and of success rates
+        ep.failure, scored = "infra", (0.0, {"reward_infra_failure": 1.0})
+    total, terms = scored
     ep.reward, ep.reward_terms = float(total), dict(terms)
     ep.timings = {"total_s": time.perf_counter() - live.started, "generate_s": live.gen_s, "tools_s": live.tool_s}
     ep.tokens = {"prompt_ids": live.prompt_ids, "completion_ids": live.completion_ids, "mask": live.mask}
@@ -231,7 +248,7 @@ def _step(live: _Live, new_ids: list[int], renderer: Renderer, spec: EnvSpec, co
     calls = parsed.get("tool_calls") or []
     if not calls:
         turn.off_form = "<tool_call>" in text
-        return _finish(live, spec, "no_tool_call", False, reward_fn)
+        return _finish(live, spec, "no_tool_call", False, reward_fn, config)
     tool_messages = []
     t0 = time.perf_counter()
     for raw in calls:
@@ -246,15 +263,15 @@ def _step(live: _Live, new_ids: list[int], renderer: Renderer, spec: EnvSpec, co
         tool_messages.append({"role": "tool", "name": call.name, "content": seen})
         if error == "infra":
             live.tool_s += time.perf_counter() - t0
-            return _finish(live, spec, "error", True, reward_fn)
+            return _finish(live, spec, "error", True, reward_fn, config)
     live.tool_s += time.perf_counter() - t0
     if live.env.done:
-        return _finish(live, spec, "final_answer", False, reward_fn)
+        return _finish(live, spec, "final_answer", False, reward_fn, config)
     if len(ep.turns) >= config.max_turns:
-        return _finish(live, spec, "max_turns", False, reward_fn)
+        return _finish(live, spec, "max_turns", False, reward_fn, config)
     suffix = renderer.suffix_ids(tool_messages)
     if len(live.prompt_ids) + len(live.completion_ids) + len(suffix) + config.max_new_tokens > config.max_context:
-        return _finish(live, spec, "context", False, reward_fn)
+        return _finish(live, spec, "context", False, reward_fn, config)
     live.completion_ids += suffix
     live.mask += [0] * len(suffix)
     turn.n_context = len(suffix)

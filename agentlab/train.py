@@ -412,14 +412,21 @@ def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: 
             "completion_ids": [ep.tokens["completion_ids"] for ep in episodes],
             "logprobs": None,
             "env_mask": [ep.tokens["mask"] for ep in episodes],
-            "agentlab_reward": [ep.reward for ep in episodes],
+            "agentlab_reward": trainer_rewards(episodes),
         }
 
     return rollout
 
 
-def agentlab_reward(prompts, completions, agentlab_reward, **kwargs) -> list[float]:
-    """The episode reward computed by the environment inside our loop (TRL reward-function signature)."""
+def trainer_rewards(episodes: list[Episode]) -> list[float | None]:
+    """What GRPO is told each episode earned. ``None`` for an infra episode: TRL 1.16 then leaves it out of its
+    group's baseline and gives it no advantage, so an environment's (or a judge's) failure moves the policy in no
+    direction — a 0 would push its group's other rollouts up and teach the policy to avoid what broke."""
+    return [None if ep.failure == "infra" else ep.reward for ep in episodes]
+
+
+def agentlab_reward(prompts, completions, agentlab_reward, **kwargs) -> list[float | None]:
+    """The episode reward computed inside our loop (TRL reward-function signature); None for infra episodes."""
     return list(agentlab_reward)
 
 
@@ -427,8 +434,10 @@ def step_metrics(episodes: list[Episode], group_size: int) -> dict:
     """Our per-step metrics from the step's episodes (TRL adds loss, entropy, KL, grad norm)."""
     import statistics
 
-    rewards = [ep.reward for ep in episodes]
-    groups = [rewards[i:i + group_size] for i in range(0, len(rewards), group_size)]
+    rewards = [ep.reward for ep in episodes if ep.failure != "infra"] or [0.0]
+    scored = trainer_rewards(episodes)
+    groups = [[r for r in scored[i:i + group_size] if r is not None] or [0.0]
+              for i in range(0, len(scored), group_size)]
     turns = [len(ep.turns) for ep in episodes]
     calls = sum(len(t.tool_calls) for ep in episodes for t in ep.turns)
     return {

@@ -122,3 +122,63 @@ def test_training_rewards_are_the_configured_reward(tmp_path, tiny):
     config = json.loads(run.config_file.read_text())
     assert config["reward"]["terms"]["success"] == 1.0 and config["reward"]["terms"]["brevity"]["callable"]
     assert (config["loss_type"], config["scale_rewards"]) == ("dapo", "group")
+
+
+@pytest.fixture
+def judge_server():
+    """A local OpenAI-compatible endpoint that answers 429 to its first ``fail`` requests, then grades 1."""
+    import http.server
+    import threading
+
+    state = {"fail": 0, "seen": 0}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            state["seen"] += 1
+            if state["seen"] <= state["fail"]:
+                self.send_response(429)
+                self.end_headers()
+                return
+            body = json.dumps({"choices": [{"message": {"content": "1"}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/v1", state
+    server.shutdown()
+
+
+def test_judge_reward_is_retried_then_infra_never_a_zero_for_the_policy(tiny, judge_server):
+    from agentlab.rewards import Judge
+    from agentlab.rollout import LoopConfig, Renderer, run_episodes, scripted_generate_fn
+    from agentlab.train import step_metrics, trainer_rewards
+
+    url, state = judge_server
+    _, tok = tiny
+    tasks = LOOKUP.make_tasks("train", 2, seed=0)
+    reward = compose(judge=functools.partial(llm_judge, judge=Judge(base_url=url, api_key_env="", timeout_s=5)))
+    cfg = LoopConfig(retries=2, backoff_s=0.01)
+
+    def play(batch):
+        generate = scripted_generate_fn(Renderer(tok, LOOKUP.env_class), batch, LOOKUP.expert)
+        return run_episodes(None, tok, LOOKUP, batch, config=cfg, generate_fn=generate, reward_fn=reward,
+                            progress=False)
+
+    state["fail"] = 2  # two 429s, then an answer: retried and scored
+    ep = play(tasks[:1])[0]
+    assert (ep.reward, ep.failure, state["seen"]) == (1.0, None, 3)
+    state.update(fail=10**6, seen=0)  # the judge stays down
+    eps = play(tasks)
+    assert [e.failure for e in eps] == ["infra", "infra"] and state["seen"] == 2 * (cfg.retries + 1)
+    assert trainer_rewards(eps) == [None, None]  # GRPO gives them no advantage (TRL excludes None rewards)
+    mixed = [ep, *eps]
+    assert trainer_rewards(mixed) == [1.0, None, None] and step_metrics(mixed, 3)["reward_mean"] == 1.0
+    assert step_metrics(mixed, 3)["infra_failures"] == 2
