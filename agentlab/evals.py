@@ -222,7 +222,12 @@ def behaviour(episodes: list[Episode], **ci) -> dict:
                                    [len(c) + off_form_calls(ep) for c, ep in zip(calls, eps, strict=True)], **ci),
         "tool_errors": ratio_ci([sum(x.get("error") == "policy" for x in c) for c in calls],
                                 [len(c) for c in calls], **ci),
+        "lenient_turns": ratio_ci([sum(t.lenient for t in ep.turns) for ep in eps], [len(ep.turns) for ep in eps],
+                                  **ci),
     }
+    # every number the environment's evaluate() reports (doc_search: precision, recall, f1, f4, curated-set size)
+    keys = sorted({k for ep in eps for k, v in ep.metrics.items() if isinstance(v, int | float)} - {"success"})
+    out["env_metrics"] = {k: mean_ci([float(ep.metrics.get(k, 0.0)) for ep in eps], **ci) for k in keys}
     facts_eps = [ep for ep in eps if ep.task.answer.get("facts") or "recall" in ep.metrics]
     if facts_eps:
         out["curated_recall"] = mean_ci([ep.metrics["recall"] if "recall" in ep.metrics else precision_recall(

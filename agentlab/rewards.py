@@ -144,6 +144,15 @@ def off_form_calls(ep: Episode) -> int:
     return sum(1 for turn in ep.turns if turn.off_form)
 
 
+def lenient_calls(ep: Episode) -> int:
+    """Turns whose calls a lenient parser recovered from text that breaks the declared format.
+
+    >>> lenient_calls(Episode(task=_EX, turns=[Turn("Sure! <tool_call>…", lenient=True), Turn("x")]))
+    1
+    """
+    return sum(1 for turn in ep.turns if turn.lenient)
+
+
 def off_form_penalty(ep: Episode, per_call: float = -0.1, max_calls: int | None = None) -> float:
     """``per_call`` for each off-form call, counting at most ``max_calls`` of them.
 
@@ -234,6 +243,8 @@ TERMS: dict[str, Callable[[Episode, float], float]] = {
     "off_form": off_form_penalty,
     "off_form_any": functools.partial(off_form_penalty, max_calls=1),
     "format": format_bonus,
+    "lenient": lambda ep, w: w * lenient_calls(ep),
+    "lenient_any": lambda ep, w: w * min(1, lenient_calls(ep)),
     "precision": lambda ep, w: w * _precision_recall(ep)[0],
     "recall": lambda ep, w: w * _precision_recall(ep)[1],
 }

@@ -23,6 +23,9 @@ from typing import IO
 
 from agentlab.types import EnvSpec, Episode, InfraError, Task, ToolCall, ToolEnv, Turn, call_tool, tool_names
 
+# The declared format of a turn that calls tools: one or more blocks, nothing around them (qwen2.5's template).
+_STRICT_CALLS = re.compile(r"(?:<tool_call>\n\{.*?\}\n</tool_call>\n?)+", re.DOTALL)
+
 # A generate function maps token sequences (one per live episode) to the new tokens of each.
 GenerateFn = Callable[[list[list[int]]], list[list[int]]]
 
@@ -249,6 +252,7 @@ def _step(live: _Live, new_ids: list[int], renderer: Renderer, spec: EnvSpec, co
     if not calls:
         turn.off_form = "<tool_call>" in text
         return _finish(live, spec, "no_tool_call", False, reward_fn, config)
+    turn.lenient = _STRICT_CALLS.fullmatch(text.removesuffix(renderer.tok.eos_token or "")) is None
     tool_messages = []
     t0 = time.perf_counter()
     for raw in calls:

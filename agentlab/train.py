@@ -430,7 +430,7 @@ def agentlab_reward(prompts, completions, agentlab_reward, **kwargs) -> list[flo
     return list(agentlab_reward)
 
 
-def step_metrics(episodes: list[Episode], group_size: int) -> dict:
+def step_metrics(episodes: list[Episode], group_size: int, spec=None) -> dict:
     """Our per-step metrics from the step's episodes (TRL adds loss, entropy, KL, grad norm)."""
     import statistics
 
@@ -444,10 +444,12 @@ def step_metrics(episodes: list[Episode], group_size: int) -> dict:
         "reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards),
         "success_mean": statistics.fmean(ep.success for ep in episodes),
         "zero_variance_groups": sum(max(g) == min(g) for g in groups) / len(groups),
-        "valid_rollouts": sum(ep.exit_reason == "final_answer" for ep in episodes) / len(episodes),
+        "valid_rollouts": sum(spec.is_valid(ep.outcome) if spec else ep.exit_reason == "final_answer"
+                              for ep in episodes) / len(episodes),
         "turns_mean": statistics.fmean(turns),
         "generated_tokens_mean": statistics.fmean(sum(t.n_generated for t in ep.turns) for ep in episodes),
         "off_form_calls": sum(t.off_form for ep in episodes for t in ep.turns),
+        "lenient_calls": sum(t.lenient for ep in episodes for t in ep.turns),
         "tool_calls": calls,
         "tool_failures": sum(c["error"] is not None for ep in episodes for t in ep.turns for c in t.tool_calls),
         "infra_failures": sum(ep.failure == "infra" for ep in episodes),
@@ -602,7 +604,7 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
                 return
             keep = ("loss", "entropy", "kl", "grad_norm", "learning_rate", "frac_reward_zero_std")
             record = {"step": state.global_step, **{k: logs[k] for k in keep if k in logs},
-                      **step_metrics(stats.episodes, exp.group_size),
+                      **step_metrics(stats.episodes, exp.group_size, spec),
                       "time_generate_s": stats.generate_s, "time_step_s": trainer.timing.get("step_s"),
                       "time_forward_s": trainer.timing.get("forward_s"),
                       "time_backward_s": (trainer.timing.get("step_s", 0) - trainer.timing.get("prepare_s", 0)

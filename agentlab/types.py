@@ -97,12 +97,15 @@ class Turn:
     ``tool_calls`` items: ``{"name", "arguments", "result", "error"}`` where ``error`` is ``None``, ``"policy"``
     (the tool answered "Error: …") or ``"infra"`` (the environment failed after retries). ``off_form`` marks a
     turn whose text tried to call a tool but could not be parsed. ``n_generated`` tokens are trained on;
-    ``n_context`` tokens (tool results and template glue) that follow are masked from the loss.
+    ``n_context`` tokens (tool results and template glue) that follow are masked from the loss. ``lenient``
+    marks a turn whose calls *were* parsed although its text breaks the declared format (words around the call, a
+    missing closing tag …): the parser was lenient, so a format penalty has something to bite on.
     """
 
     text: str
     tool_calls: list[dict] = field(default_factory=list)
     off_form: bool = False
+    lenient: bool = False
     n_generated: int = 0
     n_context: int = 0
 
@@ -235,6 +238,7 @@ class EnvSpec:
     * ``default_reward`` — the :class:`agentlab.rewards.Reward` GRPO trains on unless a config names another.
     * ``expert`` / ``random_policy`` — scripted policies (expert demos for SFT; a floor for evaluation).
     * ``audit_keys(task)`` — the strings (line, answer ids, query) that must not repeat across splits.
+    * ``valid_rollout(outcome)`` — optional: what the write-up calls a valid rollout (default: finished).
     * ``cheap_policy`` — optional: a cheaper, imperfect strategy that succeeds only sometimes (the traces one has
       before an expert exists; the ``cheap`` regime of ``agentlab.compare``).
     """
@@ -249,6 +253,11 @@ class EnvSpec:
     audit_keys: Callable[[Task], dict[str, list[str]]]
     description: str = ""
     cheap_policy: Policy | None = None
+    valid_rollout: Callable[[Outcome], bool] | None = None  # None: the final-answer tool was called
+
+    def is_valid(self, outcome: Outcome) -> bool:
+        """A *valid rollout* as the environment's write-up defines it (training curves plot their share)."""
+        return self.valid_rollout(outcome) if self.valid_rollout is not None else outcome.finished
 
     def make_env(self) -> ToolEnv:
         return self.env_class()

@@ -292,3 +292,18 @@ def test_unbuildable_corpus_is_infra_error(spec, test_tasks, monkeypatch):
     monkeypatch.setattr(pydocs, "load", broken)
     with pytest.raises(InfraError):
         spec.make_env().reset(task=test_tasks[0].to_json())
+
+
+def test_valid_rollout_and_checkpoint_metrics_as_the_write_up_defines_them(spec, test_tasks):
+    """A valid doc_search rollout curated at least one chunk (finishing is not enough), and an evaluation
+    summary carries precision, recall, F1, F4 and the curated-set size per checkpoint."""
+    from agentlab.evals import summarize
+    from agentlab.rewards import scripted_episode
+
+    assert not spec.is_valid(Outcome(finished=True)) and spec.is_valid(Outcome(final=["x"]))
+    assert load("lookup").is_valid(Outcome(finished=True)) and not load("lookup").is_valid(Outcome(final=["x"]))
+    eps = [scripted_episode(spec, t, p) for t in test_tasks[:6] for p in (spec.expert, spec.random_policy)]
+    metrics = summarize(eps)["env_metrics"]
+    assert {"precision", "recall", "f1", "f4", "curated"} <= set(metrics)
+    expected = sum(ep.metrics["f4"] for ep in eps) / len(eps)
+    assert metrics["f4"]["mean"] == pytest.approx(expected) and metrics["f4"]["n"] == len(eps)

@@ -202,3 +202,23 @@ def test_injected_faults_are_all_infra_and_rescoring_recovers_the_fault_free_res
     clean = summarize(_scripted(tok, tasks))
     assert summarize(corrected)["success"] == clean["success"] and clean["success"]["mean"] == 1.0
     assert report["provisional"]["mean"] < 1.0
+
+
+def test_calls_a_lenient_parser_recovers_are_flagged_not_lost(tiny):
+    """A call wrapped in chatter still runs (the parser is lenient) but its turn is flagged, so a format penalty
+    (reward term ``lenient``) has something to bite on; the scripted expert's clean calls are not flagged."""
+    from agentlab.rewards import Reward
+
+    _, tok = tiny
+    task = SPEC.make_tasks("test", 1, seed=0)[0]
+    renderer = Renderer(tok, SPEC.env_class)
+    clean = run_episodes(None, tok, SPEC, [task], progress=False,
+                         generate_fn=scripted_generate_fn(renderer, [task], SPEC.expert))[0]
+    assert clean.turns and not any(t.lenient for t in clean.turns)
+    call = '<tool_call>\n{"name": "search_people", "arguments": {"query": "Ada"}}\n</tool_call>'
+    chatty = tok.encode("Let me search.\n" + call) + [tok.eos_token_id]
+    ep = run_episodes(None, tok, SPEC, [task], progress=False, config=LoopConfig(max_turns=1),
+                      generate_fn=lambda seqs: [chatty for _ in seqs],
+                      reward_fn=Reward({"success": 1.0, "lenient": -0.1}))[0]
+    assert ep.turns[0].tool_calls and ep.turns[0].tool_calls[0]["name"] == "search_people"
+    assert ep.turns[0].lenient and not ep.turns[0].off_form and ep.reward_terms["lenient"] == -0.1
