@@ -311,11 +311,14 @@ def parse_reward(spec: str) -> Reward | Callable[[Episode], tuple[float, dict[st
     ``"success"`` or ``"f4=1,empty=-0.2,trajectory_recall=0.1"``: terms of :data:`TERMS` (or ``f<beta>``), each
     with an optional weight (default 1); ``"fbeta:beta=4"`` is spelled-out ``f4``. ``"module:attr"`` or
     ``"path/to/file.py:attr"``: a :class:`Reward`, or any callable of the finished episode, imported from there.
+    ``"path/to/reward.json"``: a reward saved with :func:`save_reward` (notebook 05 hands its design on this way).
 
     >>> parse_reward("fbeta:beta=4,empty=-0.2,trajectory_recall=0.1").terms
     {'f4': 1.0, 'empty': -0.2, 'trajectory_recall': 0.1}
     """
     spec = spec.strip()
+    if spec.endswith(".json"):
+        return load_reward(spec)
     head, sep, _ = spec.partition(":")
     if sep and head != "fbeta":
         return _import_object(spec)
@@ -350,6 +353,30 @@ def as_reward_fn(reward) -> RewardFn:
         return _total(scored), terms
 
     return reward_fn
+
+
+def save_reward(reward: Reward, path) -> None:
+    """Write a reward of named terms as JSON, for ``parse_reward(path)`` / ``agentlab train --reward path``."""
+    from pathlib import Path
+
+    if not isinstance(reward, Reward) or any(callable(w) for w in reward.terms.values()):
+        raise ValueError("only a Reward of named terms can be saved as JSON; put a custom term in a module and "
+                         "pass --reward module:attr instead")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(reward_config(reward), indent=2) + "\n")
+
+
+def load_reward(path) -> Reward:
+    """The reward :func:`save_reward` wrote; a clear error for a missing or foreign file."""
+    from pathlib import Path
+
+    if not Path(path).exists():
+        raise ValueError(f"reward file {path} does not exist")
+    try:
+        terms = json.loads(Path(path).read_text())["terms"]
+        return Reward({str(k): float(v) for k, v in terms.items()})
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"reward file {path} is not a saved reward ({type(exc).__name__}: {exc})") from None
 
 
 def _import_object(target: str):

@@ -46,6 +46,23 @@ def test_bad_reward_spec_is_one_clear_error_before_any_work(spec, message):
         Experiment(reward=spec)
 
 
+def test_a_designed_reward_is_handed_on_as_a_file(tmp_path):
+    from agentlab.rewards import load_reward, save_reward
+
+    designed = compose(f2=1.0, empty=-0.5, trajectory_recall=0.2)
+    save_reward(designed, tmp_path / "reward.json")
+    exp = Experiment(env="doc_search", reward=str(tmp_path / "reward.json"))
+    assert exp.reward_object() == designed == load_reward(tmp_path / "reward.json")
+    assert exp.to_config()["reward"]["terms"] == {"f2": 1.0, "empty": -0.5, "trajectory_recall": 0.2}
+    with pytest.raises(ValueError, match="only a Reward of named terms"):
+        save_reward(compose(x=lambda ep: 1.0), tmp_path / "other.json")
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="is not a saved reward"):
+        Experiment(reward=str(tmp_path / "bad.json"))
+    with pytest.raises(ValueError, match="does not exist"):
+        Experiment(reward=str(tmp_path / "missing.json"))
+
+
 def test_unknown_loss_or_scaling_is_refused():
     with pytest.raises(ValueError, match="loss_type='ppo' unknown"):
         Experiment(loss_type="ppo")
