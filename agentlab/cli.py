@@ -45,12 +45,14 @@ def synth(env: str, sizes: dict[str, int], seed: int = 0, demos: int = 48, folde
 
 
 def load_split(env: str, split: str, folder: Path | None = None) -> list:
+    from agentlab.envs import load
     from agentlab.synth import load_tasks
 
+    load(env)  # an unknown environment is named as such, before any file is looked for
     path = (folder or tasks_dir(env)) / f"{split}.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist; run `agentlab synth --env {env}` first")
-    return load_tasks(path)
+    return load_tasks(path, env=env)
 
 
 def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str | None = None, samples: int = 1,
@@ -105,6 +107,13 @@ def _cmd_sft(a) -> int:
     if not demos_file.exists():
         raise SystemExit(f"{demos_file} does not exist; run `agentlab synth --env {a.env}` first")
     demos = [json.loads(line) for line in demos_file.read_text().splitlines()][: a.demos]
+    from agentlab.envs import load
+
+    system = load(a.env).env_class.system_prompt
+    foreign = [d.get("task_id", "?") for d in demos if d["messages"][0].get("content") != system]
+    if foreign:
+        raise ValueError(f"{demos_file}: {len(foreign)} demonstrations were not written for {a.env!r} (their system "
+                         f"prompt differs, e.g. task {foreign[0]}); run `agentlab synth --env {a.env}` again")
     adapter = run_sft(a.model, demos, RunDir(a.name).path, SFTSettings(steps=a.steps, lr=a.lr, seed=a.seed))
     print(f"SFT adapter -> {adapter}")
     return 0
@@ -178,6 +187,8 @@ def _cmd_eval(a) -> int:
     from agentlab.rollout import LoopConfig
     from agentlab.runs import RunDir
 
+    if a.n < 1 or a.samples < 1:
+        raise ValueError(f"--n {a.n} and --samples {a.samples} must be >= 1")
     tasks = load_split(a.env, a.split)[: a.n]
     name = a.name or f"eval-{a.env}-{a.split}"
     loop = LoopConfig(max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, temperature=0 if a.greedy else 0.7)

@@ -162,6 +162,9 @@ def _load_hf(name_or_path: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     local = Path(name_or_path).expanduser()
+    if local.is_dir() and not (local / "config.json").exists():
+        raise ModelLoadError(f"model folder {local} has no config.json: not a saved Hugging Face model (expected "
+                             f"what save_pretrained writes), or pass {DEFAULT_MODEL!r}")
     try:
         tok = AutoTokenizer.from_pretrained(local if local.exists() else name_or_path)
         model = AutoModelForCausalLM.from_pretrained(local if local.exists() else name_or_path, dtype="auto")
@@ -182,7 +185,17 @@ def _apply_adapter(model, adapter: str | Path):
     path = Path(adapter)
     if not (path / "adapter_config.json").exists():
         raise ModelLoadError(f"adapter folder {path} has no adapter_config.json (expected a PEFT LoRA save)")
-    return PeftModel.from_pretrained(model, path, is_trainable=False)
+    import json
+
+    base = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path") or ""
+    try:
+        return PeftModel.from_pretrained(model, path, is_trainable=False)
+    except RuntimeError as exc:  # "size mismatch for ... lora_B": trained on another base model
+        if "size mismatch" not in str(exc):
+            raise
+        ours = getattr(model.config, "name_or_path", "") or type(model).__name__
+        raise ModelLoadError(f"adapter {path} does not fit this model ({ours}): it was trained on a model of "
+                             f"another shape ({base or 'unknown base'}); pass the --model it was trained on") from None
 
 
 def prepare_tokenizer(tok):

@@ -70,8 +70,23 @@ def save_splits(splits: dict[str, list[Task]], folder: Path) -> dict[str, Path]:
     return paths
 
 
-def load_tasks(path: Path) -> list[Task]:
-    return [Task.from_json(line) for line in Path(path).read_text().splitlines() if line.strip()]
+def load_tasks(path: Path, env: str | None = None) -> list[Task]:
+    """Tasks from a JSONL file (one ``Task`` a line); a bad line is an error naming the file and its line, and a
+    task of another environment than ``env`` is refused."""
+    import json
+
+    tasks = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            task = Task.from_json(line)
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise ValueError(f"{path}:{number}: not a task record ({type(exc).__name__}: {exc})") from None
+        if env is not None and task.env != env:
+            raise ValueError(f"{path}:{number}: a task of environment {task.env!r}, expected {env!r}")
+        tasks.append(task)
+    return tasks
 
 
 def tool_schemas(env_class) -> list[dict]:
