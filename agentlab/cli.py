@@ -63,6 +63,7 @@ def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str
     from agentlab.models import load_policy
     from agentlab.plots import plot_eval_summary
     from agentlab.rollout import LoopConfig, run_episodes
+    from agentlab.runs import _atomic_write
 
     spec = load(env)
     model, tok = load_policy(model_name, adapter=adapter)
@@ -76,7 +77,7 @@ def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str
     summary = {"label": label, "model": model_name, "adapter": adapter, "env": env, "samples": samples,
                "greedy": greedy, "loop": dataclasses.asdict(loop), "seconds": time.time() - t0,
                **summarize(episodes)}
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
+    _atomic_write(out_dir / "summary.json", json.dumps(summary, indent=2, sort_keys=True))  # a kill: old or new
     plot_eval_summary(summary, out_dir / "summary.png")
     return summary
 

@@ -220,6 +220,21 @@ def _score(reward_fn, ep: Episode, config: LoopConfig) -> tuple[float, dict] | N
     raise AssertionError("unreachable")
 
 
+def _reset_with_retries(make_env: Callable[[], ToolEnv], task: Task, config: LoopConfig) -> ToolEnv | str:
+    """A fresh environment reset to ``task``; a failing construction or reset (the sandbox, a corpus, a service)
+    is retried with backoff like a tool call, and its last error returned as text when it persists."""
+    for attempt in range(config.retries + 1):
+        try:
+            env = make_env()
+            env.reset(task=task.to_json())
+            return env
+        except Exception as exc:  # noqa: BLE001 — any failure to start an episode is the environment's
+            if attempt == config.retries:
+                return f"{type(exc).__name__}: {exc}"
+            time.sleep(config.backoff_s * 2**attempt)
+    raise AssertionError("unreachable")
+
+
 def _finish(live: _Live, spec: EnvSpec, exit_reason: str, infra: bool, reward_fn,
             config: LoopConfig = LoopConfig()) -> Episode:
     ep = live.episode
@@ -310,10 +325,20 @@ def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples:
     while pending or live:
         while pending and len(live) < config.batch_size:
             g, s, task = pending.pop(0)
-            env = make_env()
-            env.reset(task=task.to_json())
             ep = Episode(task=task, group=g, sample=s, step=step, model_id=model_id, config_id=config_id)
-            live.append(_Live(ep, env, renderer.prompt_ids(task)))
+            env = _reset_with_retries(make_env, task, config)
+            if isinstance(env, ToolEnv):
+                live.append(_Live(ep, env, renderer.prompt_ids(task)))
+                continue
+            # the environment could not even start this episode: infra, recorded, never the policy's failure
+            finished = _finish(_Live(ep, ToolEnv(), renderer.prompt_ids(task)), spec, "error", True, reward_fn,
+                               config)
+            finished.reward_terms["reset_failure"] = 1.0
+            finished.metrics["reset_error"] = env
+            done[(g, s)] = finished
+            if out is not None:
+                write_episode(out, finished)
+            bar.update(1)
         t0 = time.perf_counter()
         new = generate([lv.prompt_ids + lv.completion_ids for lv in live])
         share = (time.perf_counter() - t0) / len(live)

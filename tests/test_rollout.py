@@ -222,3 +222,26 @@ def test_calls_a_lenient_parser_recovers_are_flagged_not_lost(tiny):
                       reward_fn=Reward({"success": 1.0, "lenient": -0.1}))[0]
     assert ep.turns[0].tool_calls and ep.turns[0].tool_calls[0]["name"] == "search_people"
     assert ep.turns[0].lenient and not ep.turns[0].off_form and ep.reward_terms["lenient"] == -0.1
+
+
+def test_a_failing_reset_is_retried_then_infra_never_a_crash(tiny):
+    _, tok = tiny
+    tasks = SPEC.make_tasks("test", 3, seed=4)
+    broken, flaky = tasks[0].id, tasks[1].id
+    attempts = {broken: 0, flaky: 0}
+
+    class Env(SPEC.env_class):
+        def reset(self, **row):
+            task_id = json.loads(row["task"])["id"]
+            if task_id in attempts:
+                attempts[task_id] += 1
+                if task_id == broken or attempts[task_id] == 1:
+                    raise ConnectionError(f"sandbox for {task_id} unreachable")
+            return super().reset(**row)
+
+    renderer = Renderer(tok, SPEC.env_class)
+    eps = run_episodes(None, tok, SPEC, tasks, env_factory=Env, progress=False, config=LoopConfig(backoff_s=0.001),
+                       generate_fn=scripted_generate_fn(renderer, tasks, SPEC.expert))
+    assert [e.failure for e in eps] == ["infra", None, None] and eps[0].exit_reason == "error"
+    assert "unreachable" in eps[0].metrics["reset_error"] and not eps[0].turns
+    assert attempts == {broken: 3, flaky: 2}  # retries + 1 attempts for the broken one, one retry for the flaky one
