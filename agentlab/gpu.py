@@ -25,20 +25,33 @@ ACCELERATE_CONFIGS = {p.stem: p for p in (RECIPES_DIR / "accelerate").glob("*.ya
 
 
 def recipe_experiment_fields(recipe: str) -> dict:
-    """Experiment fields a recipe sets (model, LoRA rank, group size, lr, turns, temperature, KL)."""
+    """Experiment fields a recipe sets (model, LoRA rank, group size, lr, turns, temperature, KL, cadence).
+
+    The recipe's batch arithmetic maps onto ours: one optimiser step sees ``per_device_train_batch_size ×
+    gradient_accumulation_steps`` rollouts (32 = 4 groups of G = 8), generated once per step, and trained in
+    ``per_device_train_batch_size``-row passes (``micro_batch``). ``grpo_kwargs`` derives TRL's
+    ``gradient_accumulation_steps`` and ``steps_per_generation`` from that, so the two always agree — one rollout
+    call per optimiser step, unique ``(step, group)`` keys, ``prompts_seen`` right. ``save_steps`` is the
+    checkpoint (and checkpoint-eval) cadence, ``eval_every``.
+    """
     r = load_recipe(recipe)
     g = r["grpo"]
+    rollouts = g["per_device_train_batch_size"] * g["gradient_accumulation_steps"]
+    if rollouts % g["num_generations"]:
+        raise ValueError(f"recipe {recipe}: {rollouts} rollouts per step is not a whole number of groups of "
+                         f"{g['num_generations']}")
     return {"model": r["model"], "lora_r": r["unsloth"]["lora"]["r"], "group_size": g["num_generations"],
-            "groups_per_step": g["per_device_train_batch_size"] // g["num_generations"],
+            "groups_per_step": rollouts // g["num_generations"], "micro_batch": g["per_device_train_batch_size"],
             "lr": g["learning_rate"], "max_turns": g["max_tool_calling_iterations"], "beta": g["beta"],
-            "temperature": g["temperature"], "max_context": g["max_completion_length"]}
+            "temperature": g["temperature"], "max_context": g["max_completion_length"],
+            "eval_every": g["save_steps"]}
 
 
 def grpo_overrides(recipe: str, vllm_mode: str | None = "colocate") -> dict:
-    """GRPOConfig keyword overrides for the GPU: bf16, gradient checkpointing, accumulation, vLLM."""
+    """GRPOConfig keyword overrides for the GPU: bf16, gradient checkpointing, vLLM. (Accumulation is not
+    overridden: it follows from the experiment's ``groups_per_step`` and ``micro_batch``.)"""
     g = load_recipe(recipe)["grpo"]
-    out = {"bf16": g["bf16"], "gradient_checkpointing": g["gradient_checkpointing"],
-           "gradient_accumulation_steps": g["gradient_accumulation_steps"], "use_cpu": False}
+    out = {"bf16": g["bf16"], "gradient_checkpointing": g["gradient_checkpointing"], "use_cpu": False}
     if vllm_mode:
         out.update(vllm_settings(recipe, vllm_mode))
     return out
@@ -68,13 +81,20 @@ def vllm_generate_fn(trainer, max_new_tokens: int):
     """Our loop's generate function on TRL's vLLM engine (colocated or server), with the trainer's weights.
 
     TRL syncs the policy weights into vLLM before each ``rollout_func`` call; we only ask it for one
-    continuation per live episode. ``max_new_tokens`` caps each turn by truncation (vLLM is configured with the
-    run's ``max_completion_length``).
+    continuation per live episode. ``max_new_tokens`` caps each turn at the source: TRL 1.16's engine reads its
+    ``max_completion_length`` on every call as vLLM's ``max_tokens``, so it is set to the per-turn budget for the
+    call (otherwise vLLM would decode up to the run's whole budget, 8192 tokens in the recipe, before our loop cut
+    the turn) and restored after. A TRL coupling, checked against 1.16; the cut below stays as the safety net.
     """
     eos = trainer.processing_class.eos_token_id
 
     def generate(seqs: list[list[int]]) -> list[list[int]]:
-        _, completions, _, _ = trainer.vllm_generation.generate(prompts=seqs, images=None, num_generations=1)
+        engine = trainer.vllm_generation
+        saved, engine.max_completion_length = engine.max_completion_length, max_new_tokens
+        try:
+            _, completions, _, _ = engine.generate(prompts=seqs, images=None, num_generations=1)
+        finally:
+            engine.max_completion_length = saved
         out = []
         for ids in completions:
             ids = list(ids)[:max_new_tokens]

@@ -28,6 +28,10 @@ def test_vllm_modes_give_a_valid_trl_config(mode, tmp_path):
     kwargs = grpo_kwargs(exp, tmp_path, **gpu.grpo_overrides(RECIPE, mode))
     assert kwargs["use_vllm"] and kwargs["vllm_mode"] == mode and kwargs["bf16"]
     assert kwargs["per_device_train_batch_size"] == 8 and kwargs["num_generations"] == 8
+    # the recipe's 8 rollouts x 4 accumulation = one generation of 4 groups per optimiser step, trained in 4 passes
+    assert exp.groups_per_step == 4 and exp.micro_batch == 8 and exp.eval_every == 20
+    assert kwargs["gradient_accumulation_steps"] == kwargs["steps_per_generation"] == 4
+    assert kwargs["save_steps"] == 20
     if mode == "server":
         assert kwargs["vllm_server_port"] == 8000
     else:
@@ -66,3 +70,22 @@ def test_unsloth_loads_the_recipe_on_cuda():
 
     _, tok = load_policy("Qwen/Qwen3-4B-Instruct-2507", backend="unsloth", recipe=RECIPE)
     assert tok.padding_side == "left"
+
+
+def test_vllm_turns_are_capped_at_the_source():
+    """vLLM is asked for at most one turn's tokens per call (not the run's whole budget), then restored."""
+    from types import SimpleNamespace
+
+    seen = []
+
+    class Engine:
+        max_completion_length = 8192
+
+        def generate(self, prompts, images, num_generations):
+            seen.append(self.max_completion_length)
+            return None, [[5] * 200 for _ in prompts], None, None
+
+    trainer = SimpleNamespace(vllm_generation=Engine(), processing_class=SimpleNamespace(eos_token_id=2))
+    out = gpu.vllm_generate_fn(trainer, max_new_tokens=48)([[1, 2, 3], [4]])
+    assert seen == [48] and trainer.vllm_generation.max_completion_length == 8192
+    assert [len(o) for o in out] == [48, 48]
