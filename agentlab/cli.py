@@ -22,9 +22,14 @@ from pathlib import Path
 
 from agentlab.paths import data_dir
 
+ENV_HELP = "a shipped or registered name, path/to/file.py:NAME or package.module:NAME (an EnvSpec)"
+
 
 def tasks_dir(env: str) -> Path:
-    return data_dir() / "tasks" / env
+    """``data/tasks/<name>``, by the environment's own name (``--env file.py:SPEC`` included)."""
+    from agentlab.envs import load
+
+    return data_dir() / "tasks" / load(env).name
 
 
 def synth(env: str, sizes: dict[str, int], seed: int = 0, demos: int = 48, folder: Path | None = None) -> Path:
@@ -48,11 +53,11 @@ def load_split(env: str, split: str, folder: Path | None = None) -> list:
     from agentlab.envs import load
     from agentlab.synth import load_tasks
 
-    load(env)  # an unknown environment is named as such, before any file is looked for
+    name = load(env).name  # an unknown environment is named as such, before any file is looked for
     path = (folder or tasks_dir(env)) / f"{split}.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist; run `agentlab synth --env {env}` first")
-    return load_tasks(path, env=env)
+    return load_tasks(path, env=name)
 
 
 def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str | None = None, samples: int = 1,
@@ -215,7 +220,7 @@ def _cmd_envs(a) -> int:
     from agentlab.envs import load, names
     from agentlab.types import run_policy
 
-    for name in names():
+    for name in a.env or names():
         spec = load(name)
         tasks = spec.make_tasks("test", a.n, seed=0)
         score = {p: sum(spec.evaluate(t, run_policy(spec, t, getattr(spec, p))[0])["success"] for t in tasks)
@@ -285,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser("synth", help="task splits (audited disjoint) and expert demonstrations")
-    p.add_argument("--env", default="lookup")
+    p.add_argument("--env", default="lookup", help=ENV_HELP)
     p.add_argument("--train", type=int, default=240)
     p.add_argument("--validation", type=int, default=48)
     p.add_argument("--test", type=int, default=120)
@@ -294,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_synth)
 
     p = sub.add_parser("sft", help="LoRA SFT warm start on expert demonstrations")
-    p.add_argument("--env", default="lookup")
+    p.add_argument("--env", default="lookup", help=ENV_HELP)
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--name", default="sft")
     p.add_argument("--demos", type=int, default=48)
@@ -329,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", required=True)
     for f in SWEEPABLE:
         p.add_argument("--" + f.replace("_", "-"), default=None, help="one value, or several separated by commas")
-    p.add_argument("--env", default=None)
+    p.add_argument("--env", default=None, help=ENV_HELP)
     p.add_argument("--model", default=None)
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--eval-every", type=int, default=None)
@@ -342,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser("eval", help="evaluate a model (+ adapter) with 95%% bootstrap CIs")
-    p.add_argument("--env", default="lookup")
+    p.add_argument("--env", default="lookup", help=ENV_HELP)
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--adapter", default=None)
     p.add_argument("--split", default="test", choices=["train", "validation", "test"])
@@ -356,11 +361,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("preflight", help="check a model's template, tool calls and loss mask")
     p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--env", default="lookup")
+    p.add_argument("--env", default="lookup", help=ENV_HELP)
     p.set_defaults(func=_cmd_preflight)
 
     p = sub.add_parser("envs", help="environments with scripted-expert and random scores")
     p.add_argument("--n", type=int, default=50)
+    p.add_argument("--env", nargs="*", default=None, help="only these (names, file.py:NAME or module:NAME)")
     p.set_defaults(func=_cmd_envs)
     return parser
 

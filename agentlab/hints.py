@@ -57,25 +57,7 @@ class HintSchedule:
         return "guidance" if early_training and turn <= self.guidance_turns else "state"
 
 
-# -- what a hint says, per environment ----------------------------------------------------------------------------
-
-
-def _lookup_name(task: Task, result: str) -> list[str]:
-    """Records in a search result whose full name appears in the question."""
-    rows = [line.split(" | ") for line in result.splitlines() if line.count(" | ") >= 2]
-    return [row[0] for row in rows if row[1] in task.question]
-
-
-def _lookup(kind: str, task: Task, call: ToolCall, result: str) -> str:
-    if call.name != "search_people":
-        return ""
-    attribute = task.meta.get("attribute", "the attribute asked for")
-    if kind == "guidance":
-        return ("Hint: use only the record whose name matches the question exactly, then call "
-                f"answer(value=...) with that record's {attribute}, copied exactly.")
-    exact = _lookup_name(task, result)
-    return (f"[state: {len(result.splitlines())} record(s) returned; exact name match: "
-            f"{', '.join(exact) or 'none - search again with the full name'}; the question asks for: {attribute}]")
+# -- the generic hint (an environment may bring its own: EnvSpec.hint) -----------------------------------------
 
 
 def _generic(kind: str, task: Task, call: ToolCall, result: str, final_tool: str) -> str:
@@ -85,13 +67,17 @@ def _generic(kind: str, task: Task, call: ToolCall, result: str, final_tool: str
 
 
 def observer(env_name: str, final_tool: str, schedule: HintSchedule, step: int, total_steps: int) -> Observer:
-    """The hook ``run_episodes(observe=...)`` calls on every tool result of training step ``step``."""
+    """The hook ``run_episodes(observe=...)`` calls on every tool result of training step ``step``. What a hint
+    says is the environment's own (``EnvSpec.hint``, in its file), else a generic one."""
+    from agentlab.envs import load
+
+    own = load(env_name).hint
 
     def observe(ep: Episode, call: ToolCall, result: str) -> str:
         kind = schedule.kind(step, total_steps, ep.group, len(ep.turns))
         if kind is None or result.startswith("Error:"):
             return result
-        hint = _lookup(kind, ep.task, call, result) if env_name == "lookup" else \
+        hint = own(kind, ep.task, call, result) if own is not None else \
             _generic(kind, ep.task, call, result, final_tool)
         return f"{result}\n{hint}" if hint else result
 

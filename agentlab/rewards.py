@@ -321,7 +321,9 @@ def parse_reward(spec: str) -> Reward | Callable[[Episode], tuple[float, dict[st
         return load_reward(spec)
     head, sep, _ = spec.partition(":")
     if sep and head != "fbeta":
-        return _import_object(spec)
+        from agentlab.refs import import_object
+
+        return import_object(spec)
     terms: dict[str, float] = {}
     for item in filter(None, (part.strip() for part in spec.split(","))):
         if item.startswith("fbeta:"):
@@ -377,32 +379,6 @@ def load_reward(path) -> Reward:
         return Reward({str(k): float(v) for k, v in terms.items()})
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"reward file {path} is not a saved reward ({type(exc).__name__}: {exc})") from None
-
-
-def _import_object(target: str):
-    """``module:attr`` or ``file.py:attr`` -> the object; one clear error naming what failed."""
-    import importlib
-    import importlib.util
-    from pathlib import Path
-
-    module_name, _, attr = target.rpartition(":")
-    try:
-        if module_name.endswith(".py"):
-            path = Path(module_name)
-            if not path.exists():
-                raise ValueError(f"{target!r}: file {path} does not exist")
-            loaded = importlib.util.spec_from_file_location(path.stem, path)
-            module = importlib.util.module_from_spec(loaded)
-            loaded.loader.exec_module(module)
-        else:
-            module = importlib.import_module(module_name)
-    except ValueError:
-        raise
-    except Exception as exc:  # noqa: BLE001 — an import that fails is bad input: say which and why
-        raise ValueError(f"{target!r}: cannot import {module_name!r} ({type(exc).__name__}: {exc})") from None
-    if not hasattr(module, attr):
-        raise ValueError(f"{target!r}: {module_name!r} has no attribute {attr!r}")
-    return getattr(module, attr)
 
 
 def reward_config(reward) -> dict | None:
@@ -641,9 +617,6 @@ def _probe_episode(spec, task: Task, name: str, calls: list[ToolCall], final: li
 
 # How many items each environment's final answer may hold (its tools refuse more), so a probe never submits an
 # answer the real tools would reject. 1 = a single-valued answer, where "curate everything" does not apply.
-ANSWER_CAP = {"lookup": 1, "product_finder": 1, "code_search": 10, "doc_search": 30}
-
-
 def probes(env_name: str, donors: list[Task] | None = None, spam_calls: int = 25) -> dict[str, Callable]:
     """Canned degenerate trajectories for ``env_name``: ``{name: build(task) -> Episode}``.
 
@@ -651,12 +624,12 @@ def probes(env_name: str, donors: list[Task] | None = None, spam_calls: int = 25
     * ``tool_spam`` — repeats one search ``spam_calls`` times, never submits;
     * ``format_only`` — well-formed calls, but submits another task's (expert) answer;
     * ``copy_question`` — submits the question text;
-    * ``curate_everything_seen`` — submits every id it saw, up to ``ANSWER_CAP`` (set-valued answers only).
+    * ``curate_everything_seen`` — submits every id it saw, up to ``EnvSpec.answer_cap`` (set-valued answers only).
     """
     from agentlab.envs import load
 
     spec = load(env_name)
-    cap = ANSWER_CAP.get(env_name)
+    cap = spec.answer_cap
     donor_answers: dict[str, list[str]] = {}
 
     def wrong_answer(task: Task) -> list[str]:

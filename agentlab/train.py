@@ -60,11 +60,13 @@ class Experiment:
     scale_rewards: str = "group"  # divide advantages by the group's std ("group"), the batch's, or not ("none")
 
     def __post_init__(self):
-        from agentlab.envs import names
+        from agentlab.envs import load
 
         errors = []
-        if self.env not in names():
-            errors.append(f"env={self.env!r} is unknown; expected one of {names()}")
+        try:
+            load(self.env)
+        except ValueError as exc:
+            errors.append(f"env={self.env!r}: {exc}")
         if not self.lr > 0:
             errors.append(f"lr={self.lr} must be > 0")
         if self.group_size < 2:

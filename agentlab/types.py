@@ -239,6 +239,8 @@ class EnvSpec:
     * ``expert`` / ``random_policy`` — scripted policies (expert demos for SFT; a floor for evaluation).
     * ``audit_keys(task)`` — the strings (line, answer ids, query) that must not repeat across splits.
     * ``valid_rollout(outcome)`` — optional: what the write-up calls a valid rollout (default: finished).
+    * ``answer_cap`` — the most items a final answer may hold (1: a single answer).
+    * ``hint(kind, task, call, result)`` — optional: the environment's own training-time hint text.
     * ``cheap_policy`` — optional: a cheaper, imperfect strategy that succeeds only sometimes (the traces one has
       before an expert exists; the ``cheap`` regime of ``agentlab.compare``).
     """
@@ -254,6 +256,8 @@ class EnvSpec:
     description: str = ""
     cheap_policy: Policy | None = None
     valid_rollout: Callable[[Outcome], bool] | None = None  # None: the final-answer tool was called
+    answer_cap: int = 1           # most items a final answer may hold (reward-hacking probes submit up to this)
+    hint: Callable[[str, Task, ToolCall, str], str] | None = None  # training-time feedback (agentlab.hints)
 
     def is_valid(self, outcome: Outcome) -> bool:
         """A *valid rollout* as the environment's write-up defines it (training curves plot their share)."""

@@ -315,7 +315,8 @@ DEFAULT_REWARD = Reward({"success": 1.0, "precision": 0.5})
 
 
 SPEC = EnvSpec(
-    name="code_search", env_class=CodeSearchEnv, make_tasks=make_tasks, evaluate=evaluate, default_reward=DEFAULT_REWARD,
+    name="code_search", env_class=CodeSearchEnv, make_tasks=make_tasks, evaluate=evaluate,
+    default_reward=DEFAULT_REWARD, answer_cap=MAX_ANSWER_NAMES,
     expert=expert, random_policy=random_policy, audit_keys=audit_keys,
     description="Python stdlib source: search and read definitions, answer the qualified names a question "
                 "describes.",

@@ -399,7 +399,8 @@ DEFAULT_REWARD = Reward({"f4": 1.0, "empty": -0.2})
 
 
 SPEC = EnvSpec(
-    name="doc_search", env_class=DocSearchEnv, make_tasks=make_tasks, evaluate=evaluate, default_reward=DEFAULT_REWARD,
+    name="doc_search", env_class=DocSearchEnv, make_tasks=make_tasks, evaluate=evaluate,
+    default_reward=DEFAULT_REWARD, answer_cap=MAX_CURATED,
     valid_rollout=lambda outcome: bool(outcome.final),  # the write-up: at least one document curated
     expert=expert, random_policy=random_policy, audit_keys=audit_keys,
     description="Curate the Python-documentation chunks that support 1-3 facts (F4 reward, seed 002).",

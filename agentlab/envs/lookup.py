@@ -165,6 +165,25 @@ def audit_keys(task: Task) -> dict[str, list[str]]:
     return {"line": [task.question + " => " + task.answer["value"]], "answer": [task.answer["person"]], "query": [task.question]}
 
 
+def _lookup_name(task: Task, result: str) -> list[str]:
+    """Records in a search result whose full name appears in the question."""
+    rows = [line.split(" | ") for line in result.splitlines() if line.count(" | ") >= 2]
+    return [row[0] for row in rows if row[1] in task.question]
+
+
+def hint(kind: str, task: Task, call: ToolCall, result: str) -> str:
+    """Training-time feedback (``agentlab.hints``): procedural ``guidance``, or an enriched ``state`` observation."""
+    if call.name != "search_people":
+        return ""
+    attribute = task.meta.get("attribute", "the attribute asked for")
+    if kind == "guidance":
+        return ("Hint: use only the record whose name matches the question exactly, then call "
+                f"answer(value=...) with that record's {attribute}, copied exactly.")
+    exact = _lookup_name(task, result)
+    return (f"[state: {len(result.splitlines())} record(s) returned; exact name match: "
+            f"{', '.join(exact) or 'none - search again with the full name'}; the question asks for: {attribute}]")
+
+
 # What GRPO trains on unless a config says otherwise. No format bonus: GRPO normalises rewards within each group, so
 # in a group where nothing succeeds a 0.1 bonus for "answered" becomes a full-size advantage (measured after a 4-step
 # SFT: success fell 0.31 -> 0.00 in 6 steps as the policy learned to answer without searching; notebook 05).
@@ -172,7 +191,8 @@ DEFAULT_REWARD = Reward({"success": 1.0})
 
 
 SPEC = EnvSpec(
-    name="lookup", env_class=LookupEnv, make_tasks=make_tasks, evaluate=evaluate, default_reward=DEFAULT_REWARD,
+    name="lookup", env_class=LookupEnv, make_tasks=make_tasks, evaluate=evaluate,
+    default_reward=DEFAULT_REWARD, hint=hint,
     expert=expert, random_policy=random_policy, audit_keys=audit_keys,
     description="Fictional people directory: search by name, answer one attribute (fixture and quickstart).",
 )

@@ -299,7 +299,8 @@ DEFAULT_REWARD = Reward({"success": 1.0})  # ASR: every constraint met, nothing 
 
 
 SPEC = EnvSpec(
-    name="product_finder", env_class=ProductFinderEnv, make_tasks=make_tasks, evaluate=evaluate, default_reward=DEFAULT_REWARD,
+    name="product_finder", env_class=ProductFinderEnv, make_tasks=make_tasks, evaluate=evaluate,
+    default_reward=DEFAULT_REWARD,
     expert=expert, random_policy=random_policy, audit_keys=audit_keys, cheap_policy=type_only,
     description="ShoppingBench Products-Finder: search a seeded catalog, recommend a product meeting every constraint.",
 )
