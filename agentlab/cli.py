@@ -38,6 +38,9 @@ def synth(env: str, sizes: dict[str, int], seed: int = 0, demos: int = 48, folde
     from agentlab.synth import audit_splits, build_splits, expert_demos, save_splits
 
     spec = load(env)
+    if spec.expert is None:
+        raise ValueError(f"environment {env!r} has no scripted expert: there is nothing to write demonstrations "
+                         f"from; agentlab eval and train take its task rows directly")
     folder = folder or tasks_dir(env)
     splits = build_splits(spec, sizes, seed=seed)
     save_splits(splits, folder)
@@ -47,6 +50,56 @@ def synth(env: str, sizes: dict[str, int], seed: int = 0, demos: int = 48, folde
     (folder / "audit.json").write_text(json.dumps({**audit, "seed": seed, "demos": len(rows)}, indent=2))
     print(f"{env}: {audit['sizes']} tasks, {len(rows)} expert demos, splits disjoint -> {folder}")
     return folder
+
+
+def resolve_env(a) -> str:
+    """``--env`` as a loadable name. A TRL-style class (``file.py:Class``) is built into a spec from ``--tasks``
+    rows (and ``--eval-rows`` if given) and registered under its name, so the rest runs as for any environment."""
+    from agentlab.envs import load, register
+    from agentlab.refs import import_object
+    from agentlab.runs import read_jsonl
+    from agentlab.trl_env import is_trl_style, spec_from_class
+
+    rows_file = getattr(a, "tasks_rows", None)
+    if ":" not in a.env or not rows_file:
+        load(a.env)  # unknown names fail here, named
+        return a.env
+    cls = import_object(a.env)
+    if not is_trl_style(cls):
+        raise ValueError(f"--tasks {rows_file}: only a TRL-style class takes task rows; {a.env} is not one")
+
+    def rows(path):
+        if not Path(path).exists():
+            raise FileNotFoundError(f"task rows file {path} does not exist")
+        found, torn = read_jsonl(path)
+        if torn:
+            raise ValueError(f"{path}: {torn} line(s) are not JSON objects")
+        return found
+
+    eval_rows = rows(a.eval_tasks_rows) if getattr(a, "eval_tasks_rows", None) else None
+    spec = register(spec_from_class(cls, rows(rows_file), reward_method=a.reward_method,
+                                    success_threshold=a.success_threshold, eval_rows=eval_rows))
+    print(f"{spec.name}: {spec.description}", flush=True)
+    return spec.name
+
+
+def _add_trl_class_args(p) -> None:
+    p.add_argument("--tasks", dest="tasks_rows", default=None, metavar="ROWS.jsonl",
+                   help="with --env file.py:Class (TRL-style): one JSON object per line, the keyword arguments of reset")
+    p.add_argument("--eval-rows", dest="eval_tasks_rows", default=None, metavar="ROWS.jsonl",
+                   help="held-out rows (default: a hash split of --tasks)")
+    p.add_argument("--reward-method", default=None, help="the class's reward method (default: reward or get_reward)")
+    p.add_argument("--success-threshold", type=float, default=1.0, help="success = reward >= this (default 1.0)")
+
+
+def _tasks_of(env: str, split: str, folder: Path | None = None) -> list:
+    """A TRL-style class's tasks come from its rows; any other environment's from its synthesised split files."""
+    from agentlab.envs import load
+
+    spec = load(env)
+    if getattr(spec.env_class, "_from_rows", False):
+        return spec.make_tasks(split, 10**9)
+    return load_split(env, split, folder)
 
 
 def load_split(env: str, split: str, folder: Path | None = None) -> list:
@@ -101,6 +154,7 @@ def print_summary(summary: dict) -> None:
 
 
 def _cmd_synth(a) -> int:
+    a.env = resolve_env(a)
     synth(a.env, {"train": a.train, "validation": a.validation, "test": a.test}, seed=a.seed, demos=a.demos)
     return 0
 
@@ -109,6 +163,12 @@ def _cmd_sft(a) -> int:
     from agentlab.runs import RunDir
     from agentlab.train import SFTSettings, run_sft
 
+    a.env = resolve_env(a)
+    from agentlab.envs import load
+
+    if load(a.env).expert is None:
+        raise ValueError(f"environment {a.env!r} has no scripted expert, so there are no demonstrations to SFT on; "
+                         f"evaluate it (agentlab eval) or train it with GRPO (agentlab train) directly")
     demos_file = tasks_dir(a.env) / "demos.jsonl"
     if not demos_file.exists():
         raise SystemExit(f"{demos_file} does not exist; run `agentlab synth --env {a.env}` first")
@@ -147,9 +207,10 @@ def _cmd_train(a) -> int:
                 setattr(a, key, value)
         overrides = grpo_overrides(a.recipe, None if a.vllm_mode == "none" else a.vllm_mode)
         backend = "unsloth"
+    a.env = resolve_env(a) if a.env else None
     exp = _experiment_from_args(a)  # validated before any work starts
-    train_tasks = load_split(exp.env, "train")
-    eval_tasks = load_split(exp.env, a.eval_split)
+    train_tasks = _tasks_of(exp.env, "train")
+    eval_tasks = _tasks_of(exp.env, a.eval_split)
     run = run_grpo(exp, train_tasks, eval_tasks, init_adapter=a.init_adapter, overwrite=a.overwrite,
                    backend=backend, recipe=a.recipe, trainer_overrides=overrides)
     print(f"GRPO run finished -> {run.path}")
@@ -195,7 +256,10 @@ def _cmd_eval(a) -> int:
 
     if a.n < 1 or a.samples < 1:
         raise ValueError(f"--n {a.n} and --samples {a.samples} must be >= 1")
-    tasks = load_split(a.env, a.split)[: a.n]
+    a.env = resolve_env(a)
+    tasks = _tasks_of(a.env, a.split)[: a.n]
+    if not tasks:
+        raise ValueError(f"no {a.split} tasks for {a.env}: give more rows, or held-out rows with --eval-rows")
     name = a.name or f"eval-{a.env}-{a.split}"
     loop = LoopConfig(max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, temperature=0 if a.greedy else 0.7)
     summary = evaluate(a.model, a.env, tasks, RunDir(name).path, adapter=a.adapter, samples=a.samples,
@@ -296,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test", type=int, default=120)
     p.add_argument("--demos", type=int, default=48)
     p.add_argument("--seed", type=int, default=0)
+    _add_trl_class_args(p)
     p.set_defaults(func=_cmd_synth)
 
     p = sub.add_parser("sft", help="LoRA SFT warm start on expert demonstrations")
@@ -306,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
+    _add_trl_class_args(p)
     p.set_defaults(func=_cmd_sft)
 
     p = sub.add_parser("train", help="LoRA GRPO (resumes from the last checkpoint of --name)")
@@ -322,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help=f"default {f.default} (passed to TRL's GRPOConfig)")
         else:
             p.add_argument(flag, type=type(f.default), default=None, help=f"default {f.default}")
+    _add_trl_class_args(p)
     p.add_argument("--init-adapter", default=None, help="start from this LoRA adapter (e.g. the SFT one)")
     p.add_argument("--eval-split", default="validation", choices=["validation", "test"],
                    help="checkpoint evals (default validation: keep the test split for the final, chosen policy)")
@@ -357,6 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-turns", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--name", default=None)
+    _add_trl_class_args(p)
     p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser("preflight", help="check a model's template, tool calls and loss mask")

@@ -245,6 +245,7 @@ TERMS: dict[str, Callable[[Episode, float], float]] = {
     "format": format_bonus,
     "lenient": lambda ep, w: w * lenient_calls(ep),
     "lenient_any": lambda ep, w: w * min(1, lenient_calls(ep)),
+    "score": lambda ep, w: w * (ep.outcome.score or 0.0),  # the environment's own score (TRL-style classes)
     "precision": lambda ep, w: w * _precision_recall(ep)[0],
     "recall": lambda ep, w: w * _precision_recall(ep)[1],
 }
@@ -421,7 +422,7 @@ def check_reward(reward_fn, spec, n: int = 2) -> None:
     import math
 
     for task in spec.make_tasks("validation", n, seed=0):
-        for policy in (spec.expert, spec.random_policy):
+        for policy in (p for p in (spec.expert, spec.random_policy) if p is not None):
             ep = scripted_episode(spec, task, policy)
             try:
                 total = _total(reward_fn(ep))
@@ -565,14 +566,14 @@ def trl_reward_func(reward_fn: RewardFn, env_name: str) -> Callable[..., list[fl
 def episode_from_calls(spec, task: Task, outcome: Outcome, history: list[tuple[ToolCall, str]],
                        reward_fn: RewardFn | None = None, **fields) -> Episode:
     """An Episode from a scripted run (``run_policy``'s outcome and history): one turn per call, evaluated and
-    scored (with ``default_reward(spec.name)`` unless ``reward_fn`` is given)."""
+    scored (with ``spec.default_reward`` unless ``reward_fn`` is given)."""
     turns = [Turn(text="", tool_calls=[{"name": c.name, "arguments": c.arguments, "result": r,
                                         "error": "policy" if r.startswith("Error:") else None}]) for c, r in history]
     metrics = spec.evaluate(task, outcome)
     fields.setdefault("exit_reason", "final_answer" if outcome.finished else "max_turns")
     fields.setdefault("failure", None if metrics.get("success", 0.0) >= 1.0 else "model")
     ep = Episode(task=task, turns=turns, outcome=outcome, metrics=metrics, **fields)
-    scored = (reward_fn or default_reward(spec.name))(ep)
+    scored = (reward_fn or spec.default_reward)(ep)
     return replace(ep, reward=_total(scored), reward_terms=dict(scored[1]) if isinstance(scored, tuple) else {})
 
 

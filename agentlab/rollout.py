@@ -71,8 +71,9 @@ class Renderer:
         return [{"role": "system", "content": self.env_class.system_prompt},
                 {"role": "user", "content": task.question}]
 
-    def prompt_ids(self, task: Task) -> list[int]:
-        return list(self.tok.apply_chat_template(self.messages(task), tools=self.tools, add_generation_prompt=True,
+    def prompt_ids(self, task: Task, env: ToolEnv | None = None) -> list[int]:
+        messages = (env._prompt_messages() if env is not None else None) or self.messages(task)
+        return list(self.tok.apply_chat_template(messages, tools=self.tools, add_generation_prompt=True,
                                                  tokenize=True, return_dict=False))
 
     def suffix_ids(self, tool_messages: list[dict]) -> list[int]:
@@ -238,6 +239,11 @@ def _reset_with_retries(make_env: Callable[[], ToolEnv], task: Task, config: Loo
 def _finish(live: _Live, spec: EnvSpec, exit_reason: str, infra: bool, reward_fn,
             config: LoopConfig = LoopConfig()) -> Episode:
     ep = live.episode
+    if not infra:
+        try:
+            live.env._finalize()
+        except (InfraError, TimeoutError, ConnectionError):
+            infra = True
     ep.outcome = live.env._outcome
     ep.metrics = spec.evaluate(ep.task, ep.outcome)
     ep.exit_reason = exit_reason
@@ -305,15 +311,14 @@ def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples:
     """Run ``samples`` episodes per task, decoding live episodes in batches; return them in (task, sample) order.
 
     ``generate_fn`` replaces the model (scripted tests, other backends). ``env_factory`` replaces
-    ``spec.make_env`` (fault injection). ``reward_fn(ep) -> (total, terms)`` replaces ``agentlab.rewards.default_reward(spec.name)``.
+    ``spec.make_env`` (fault injection). ``reward_fn(ep) -> (total, terms)`` replaces ``spec.default_reward``.
     ``out``: a text file; each finished episode is appended as one JSON line and flushed.
     ``observe(ep, call, result) -> text``: what the model sees instead of a tool's raw result (training-time
     hints, ``agentlab.hints``); the raw result stays in the episode record, the addition under ``"hint"``.
     """
     from agentlab.evals import write_episode
-    from agentlab.rewards import default_reward
 
-    reward_fn = reward_fn or default_reward(spec.name)
+    reward_fn = reward_fn or spec.default_reward
     renderer = Renderer(tokenizer, spec.env_class)
     generate = generate_fn or hf_generate_fn(model, tokenizer, config, greedy, seed)
     make_env = env_factory or spec.make_env
@@ -328,7 +333,7 @@ def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples:
             ep = Episode(task=task, group=g, sample=s, step=step, model_id=model_id, config_id=config_id)
             env = _reset_with_retries(make_env, task, config)
             if isinstance(env, ToolEnv):
-                live.append(_Live(ep, env, renderer.prompt_ids(task)))
+                live.append(_Live(ep, env, renderer.prompt_ids(task, env)))
                 continue
             # the environment could not even start this episode: infra, recorded, never the policy's failure
             finished = _finish(_Live(ep, ToolEnv(), renderer.prompt_ids(task)), spec, "error", True, reward_fn,

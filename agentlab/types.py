@@ -88,6 +88,7 @@ class Outcome:
     finished: bool = False
     tool_calls: int = 0
     tool_errors: int = 0
+    score: float | None = None  # a score the environment computed itself (a TRL-style class's reward method)
 
 
 @dataclass
@@ -206,6 +207,14 @@ class ToolEnv:
     def _start(self, task: Task) -> None:
         """Per-episode setup. Override to build episode state."""
 
+    def _prompt_messages(self) -> list[dict] | None:
+        """The episode's prompt messages when the environment writes them (after ``reset``); None: the default
+        system prompt + question."""
+        return None
+
+    def _finalize(self) -> None:
+        """Called once when the episode ends, before it is scored (a TRL-style class computes its reward here)."""
+
     def _record(self, ids: list[str]) -> None:
         seen = self._outcome.seen
         seen.extend(i for i in ids if i not in seen)
@@ -236,7 +245,8 @@ class EnvSpec:
     * ``make_tasks(split, n, seed, **knobs)`` — deterministic task generator; splits are disjoint.
     * ``evaluate(task, outcome)`` — pure success check: a dict with at least ``success`` (0..1) and ``exact``.
     * ``default_reward`` — the :class:`agentlab.rewards.Reward` GRPO trains on unless a config names another.
-    * ``expert`` / ``random_policy`` — scripted policies (expert demos for SFT; a floor for evaluation).
+    * ``expert`` / ``random_policy`` — scripted policies (expert demos for SFT; a floor for evaluation); ``expert``
+      may be None (an environment nobody scripted: evaluation and GRPO still work, SFT needs demonstrations).
     * ``audit_keys(task)`` — the strings (line, answer ids, query) that must not repeat across splits.
     * ``valid_rollout(outcome)`` — optional: what the write-up calls a valid rollout (default: finished).
     * ``answer_cap`` — the most items a final answer may hold (1: a single answer).
@@ -250,7 +260,7 @@ class EnvSpec:
     make_tasks: Callable[..., list[Task]]
     evaluate: Callable[[Task, Outcome], dict]
     default_reward: Callable[[Episode], tuple[float, dict[str, float]]]
-    expert: Policy
+    expert: Policy | None
     random_policy: Policy
     audit_keys: Callable[[Task], dict[str, list[str]]]
     description: str = ""
@@ -307,6 +317,9 @@ def tool_names(env: ToolEnv | type[ToolEnv]) -> list[str]:
 
 def run_policy(spec: EnvSpec, task: Task, policy: Policy, max_calls: int = 30) -> tuple[Outcome, list[tuple]]:
     """Play a scripted policy on a fresh environment. Returns the outcome and ``[(ToolCall, result), …]``."""
+    if policy is None:
+        raise ValueError(f"environment {spec.name!r} has no scripted expert: evaluation and GRPO work without one; "
+                         f"SFT needs demonstrations (write an expert policy in its EnvSpec)")
     env = spec.make_env()
     env.reset(task=task.to_json())
     gen = policy(task)
@@ -321,6 +334,7 @@ def run_policy(spec: EnvSpec, task: Task, policy: Policy, max_calls: int = 30) -
                 break
     except StopIteration:
         pass
+    env._finalize()
     return env._outcome, history
 
 

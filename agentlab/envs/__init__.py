@@ -7,7 +7,8 @@ An environment is found, in this order, as:
 * a name in the ``agentlab.envs`` entry-point group of an installed package
   (``[project.entry-points."agentlab.envs"] my_env = "my_pkg.env:SPEC"``);
 * ``path/to/file.py:NAME`` or ``package.module:NAME`` — any command's ``--env`` takes these, so an environment
-  written in one file outside the package needs no edit to it. ``NAME`` is an ``EnvSpec``.
+  written in one file outside the package needs no edit to it. ``NAME`` is an ``EnvSpec``, or a TRL-style class
+  given with its dataset rows (``--tasks rows.jsonl``; :mod:`agentlab.trl_env`).
 
     >>> from agentlab.envs import load, names
     >>> "lookup" in names()
@@ -82,6 +83,11 @@ def _import_ref(ref: str):
 def _as_spec(obj, where: str) -> EnvSpec:
     if isinstance(obj, EnvSpec):
         return obj
+    from agentlab.trl_env import is_trl_style
+
+    if is_trl_style(obj):
+        raise ValueError(f"{where} is a TRL-style class: give its task rows too (--tasks rows.jsonl, each row the "
+                         f"keyword arguments of reset; or agentlab.trl_env.spec_from_class(cls, rows))")
     raise ValueError(f"{where} is a {type(obj).__name__}, not an EnvSpec; build one with agentlab.types.EnvSpec "
                      f"(tools on a ToolEnv subclass, make_tasks, evaluate, default_reward, expert, random_policy, "
                      f"audit_keys)")

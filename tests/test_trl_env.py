@@ -1,0 +1,203 @@
+"""TRL-style environment classes (defined here, never in the package) run unchanged, with TRL's semantics."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from agentlab.rollout import LoopConfig, Renderer, run_episodes
+from agentlab.trl_env import spec_from_class
+from agentlab.types import InfraError
+
+GUESS = textwrap.dedent('''
+    class Guess:
+        """Guess a number; a TRL-style environment: reset(**row), docstringed tools, a reward method."""
+
+        def reset(self, **row):
+            self.target, self.last = row["target"], None
+            return row.get("observation")  # appended to the prompt, as GRPOTrainer does
+
+        def guess(self, n: int) -> str:
+            """Guess the number.
+
+            Args:
+                n: Your guess, from 0 to 9.
+
+            Returns:
+                "higher", "lower" or "correct".
+            """
+            self.last = n
+            return "correct" if n == self.target else ("higher" if n < self.target else "lower")
+
+        def explode(self, text: str) -> str:
+            """A tool with a bug.
+
+            Args:
+                text: Anything.
+
+            Returns:
+                Nothing: it raises.
+            """
+            raise RuntimeError("boom")
+
+        def get_reward(self) -> float:
+            return 1.0 if self.last == self.target else 0.0
+''')
+namespace: dict = {}
+exec(GUESS, namespace)  # noqa: S102 — the class must be plain user code, not a ToolEnv
+Guess = namespace["Guess"]
+
+
+def rows(n=40, observation=" (between 0 and 9)"):
+    out = []
+    for i in range(n):
+        row = {"prompt": [{"role": "user", "content": f"Game {i}: guess my number."}], "target": i % 10}
+        if observation:
+            row["observation"] = observation
+        out.append(row)
+    return out
+
+
+def _turns(tok, renderer, task_of_prompt):
+    """A scripted policy at the token level: guess the target, then say "Done." (no more calls)."""
+    from agentlab.types import ToolCall
+
+    def generate(seqs):
+        out = []
+        for seq in seqs:
+            text = tok.decode(seq)
+            if "<tool_response>" in text:
+                out.append(tok.encode("Done.") + [tok.eos_token_id])
+            else:
+                task = task_of_prompt(text)
+                out.append(renderer.assistant_ids(ToolCall("guess", {"n": task.answer["target"]}), task))
+        return out
+
+    return generate
+
+
+@pytest.mark.parametrize("observation", [" (between 0 and 9)", None])
+def test_same_tokens_as_trl_for_a_trl_style_class(tiny, tmp_path, observation):
+    """Prompt (with reset's observation where TRL puts it), completions and masks equal TRL's own tool loop."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    model, tok = tiny
+    data = rows(2, observation)
+    spec = spec_from_class(Guess, data, eval_rows=data)
+    tasks = spec.make_tasks("train", 2)
+    renderer = Renderer(tok, spec.env_class)
+    by_game = {t.question: t for t in tasks}
+    generate = _turns(tok, renderer, lambda text: next(t for q, t in by_game.items() if q in text))
+    ours = run_episodes(None, tok, spec, tasks, samples=2, generate_fn=generate, progress=False)
+    assert all(ep.success == 1.0 and ep.exit_reason == "no_tool_call" for ep in ours)
+
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, num_generations=2, per_device_train_batch_size=2,
+                      max_completion_length=1024, max_tool_calling_iterations=2, report_to=[], logging_steps=1)
+    trl_rows = [t.answer for t in tasks]
+    trainer = GRPOTrainer(model=model, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                          args=args, train_dataset=Dataset.from_list(trl_rows), processing_class=tok,
+                          environment_factory=Guess)
+    trainer._generate_single_turn = lambda prompt_ids, *a, **k: (generate([list(p) for p in prompt_ids]), None)
+    out = trainer._generate_and_score_completions([trl_rows[0], trl_rows[0], trl_rows[1], trl_rows[1]])
+    for i, ep in enumerate(ours):
+        n = int(out["completion_mask"][i].sum())
+        assert out["prompt_ids"][i][out["prompt_mask"][i].bool()].tolist() == ep.tokens["prompt_ids"]
+        assert out["completion_ids"][i][:n].tolist() == ep.tokens["completion_ids"]
+        assert out["tool_mask"][i][:n].tolist() == ep.tokens["mask"]
+    if observation:
+        assert observation in tok.decode(ours[0].tokens["prompt_ids"])
+
+
+def test_tool_schemas_are_trls_and_the_reward_method_is_no_tool():
+    from transformers.utils import get_json_schema
+
+    from agentlab.synth import tool_schemas
+
+    spec = spec_from_class(Guess, rows())
+    game = Guess()
+    assert tool_schemas(spec.env_class) == [get_json_schema(getattr(game, n)) for n in ("explode", "guess")]
+
+
+def test_a_raising_tool_answers_like_trl_and_infra_errors_are_retried(tiny):
+    _, tok = tiny
+    spec = spec_from_class(Guess, rows(4))
+    task = spec.make_tasks("train", 1)[0] if spec.make_tasks("train", 1) else None
+    task = task or spec.make_tasks("test", 1)[0]
+    renderer = Renderer(tok, spec.env_class)
+    from agentlab.types import ToolCall
+
+    boom = renderer.assistant_ids(ToolCall("explode", {"text": "x"}), task)
+    ep = run_episodes(None, tok, spec, [task], generate_fn=lambda seqs: [boom for _ in seqs], progress=False,
+                      config=LoopConfig(max_turns=1))[0]
+    call = ep.turns[0].tool_calls[0]
+    assert call["result"] == "{'error': 'boom'}" and call["error"] == "policy" and ep.failure == "model"
+
+    class Flaky(Guess):
+        def explode(self, text: str) -> str:
+            """Down.
+
+            Args:
+                text: Anything.
+            """
+            raise InfraError("service down")
+
+    flaky = spec_from_class(Flaky, rows(4))
+    ep = run_episodes(None, tok, flaky, [task], generate_fn=lambda seqs: [boom for _ in seqs], progress=False,
+                      config=LoopConfig(max_turns=1, backoff_s=0.001))[0]
+    assert ep.failure == "infra" and ep.exit_reason == "error"
+
+
+def test_missing_reward_method_and_missing_docstrings_are_named():
+    class NoReward:
+        def reset(self, **row):
+            return None
+
+        def act(self, x: str) -> str:
+            return x
+
+    with pytest.raises(ValueError, match="NoReward has no reward method: expected reward or get_reward"):
+        spec_from_class(NoReward, rows())
+    NoReward.reward = lambda self: 0.0
+    with pytest.warns(UserWarning, match="NoReward.act has no docstring"):
+        spec_from_class(NoReward, rows())
+    with pytest.raises(ValueError, match="has no method 'score'"):
+        spec_from_class(NoReward, rows(), reward_method="score")
+
+
+def test_held_out_rows_never_train_and_the_hash_split_is_disjoint():
+    data = rows(200)
+    spec = spec_from_class(Guess, data)
+    split = {s: {t.id for t in spec.make_tasks(s, 1000)} for s in ("train", "validation", "test")}
+    assert sum(map(len, split.values())) == 200 and not (split["train"] & (split["validation"] | split["test"]))
+    held = spec_from_class(Guess, data[:100], eval_rows=data[100:])
+    assert len(held.make_tasks("train", 1000)) == 100
+    assert {t.question for t in held.make_tasks("validation", 1000) + held.make_tasks("test", 1000)} == {
+        r["prompt"][0]["content"] for r in data[100:]}
+
+
+def test_the_cli_evaluates_and_trains_a_trl_style_class(tmp_path):
+    (tmp_path / "guess_env.py").write_text(GUESS)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows(60)))
+    env = {**os.environ, "AGENTLAB_RUNS": str(tmp_path / "runs"), "AGENTLAB_DATA": str(tmp_path / "data")}
+    ref, data = f"{tmp_path / 'guess_env.py'}:Guess", str(tmp_path / "rows.jsonl")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "agentlab.cli", *args], capture_output=True, text=True, env=env,
+                              timeout=600, check=False)
+
+    out = cli("eval", "--env", ref, "--tasks", data, "--model", "tiny-random", "--n", "4", "--max-new-tokens", "4",
+              "--name", "guess-eval")
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((tmp_path / "runs" / "guess-eval" / "summary.json").read_text())
+    assert summary["success"]["n"] >= 1 and (tmp_path / "runs" / "guess-eval" / "rollouts.jsonl").exists()
+    out = cli("train", "--env", ref, "--tasks", data, "--model", "tiny-random", "--steps", "1", "--eval-every", "1",
+              "--eval-tasks", "2", "--groups-per-step", "1", "--group-size", "2", "--max-new-tokens", "4",
+              "--name", "guess-grpo")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (tmp_path / "runs" / "guess-grpo" / "DONE").exists()
+    out = cli("sft", "--env", ref, "--tasks", data, "--model", "tiny-random")
+    assert out.returncode == 2 and "has no scripted expert" in out.stderr and "Traceback" not in out.stderr
