@@ -12,7 +12,6 @@ failures would have said, and ``rescore_infra`` re-runs them to get the correcte
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
@@ -341,23 +340,15 @@ def repair_rollouts(path: str | Path) -> int:
 
 
 def read_rollouts(path: str | Path) -> tuple[list[Episode], int]:
-    """Episodes from a ``rollouts.jsonl``, and how many lines were skipped.
+    """Episodes from a ``rollouts.jsonl``, and how many lines were skipped (``agentlab.runs.read_jsonl``'s rule:
+    a torn last line is dropped, a bad line elsewhere raises, naming the line)."""
+    from agentlab.runs import read_jsonl
 
-    Only a truncated *last* line (a crash mid-write) is skipped; a bad line anywhere else means the file is
-    corrupt and raises, naming the line.
-    """
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    while lines and not lines[-1].strip():
-        lines.pop()
-    episodes, skipped = [], 0
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    records, skipped = read_jsonl(path)
+    episodes = []
+    for number, record in enumerate(records, start=1):
         try:
-            episodes.append(Episode.from_json(line))
-        except (json.JSONDecodeError, TypeError, KeyError) as exc:
-            if number == len(lines):
-                skipped += 1
-                continue
-            raise ValueError(f"{path}:{number}: not an episode record ({type(exc).__name__}: {exc})") from None
+            episodes.append(Episode.from_dict(record))
+        except (TypeError, KeyError) as exc:
+            raise ValueError(f"{path}: record {number} is not an episode ({type(exc).__name__}: {exc})") from None
     return episodes, skipped

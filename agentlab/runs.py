@@ -1,8 +1,8 @@
 """Run folders: ``runs/<name>/`` holds ``config.json``, ``metrics.jsonl``, ``rollouts.jsonl``, checkpoints, evals.
 
 Runs write files; analysis reads files. Every JSONL file is append-only with one object a line, flushed per
-record, so a ``kill -9`` loses at most the line being written; ``read_jsonl`` skips (and counts) a torn last line
-and ``truncate_after(step)`` drops records newer than the checkpoint a resumed run restarts from, so a resumed
+record, so a ``kill -9`` loses at most the line being written; ``read_jsonl`` drops (and counts) a torn last line,
+raises on a bad line anywhere else, and ``truncate_after(step)`` drops records newer than the checkpoint a resumed run restarts from, so a resumed
 run has no duplicated and no missing lines.
 """
 
@@ -22,20 +22,34 @@ class RunExistsError(RuntimeError):
 
 
 def read_jsonl(path: str | Path) -> tuple[list[dict], int]:
-    """Parse a JSONL file line by line; return ``(records, n_torn)`` where torn lines (a crash mid-write) are
-    skipped rather than raised."""
-    records, torn = [], 0
+    """Parse a JSONL file; return ``(records, n_torn)``.
+
+    The one rule for every JSONL file agentlab writes: a torn *last* line (a kill mid-write) is dropped with a
+    warning and counted; a bad line anywhere else means the file is corrupt and raises, naming the file and line.
+    """
+    import warnings
+
     path = Path(path)
     if not path.exists():
-        return records, torn
-    for line in path.read_text().splitlines():
+        return [], 0
+    lines = path.read_text(encoding="utf-8").splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    records = []
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            torn += 1
-    return records, torn
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise json.JSONDecodeError("not a JSON object", line, 0)
+        except json.JSONDecodeError as exc:
+            if number == len(lines):
+                warnings.warn(f"{path}:{number}: dropped a torn last line (a kill mid-write)", stacklevel=2)
+                return records, 1
+            raise ValueError(f"{path}:{number}: not a JSON record ({exc.msg}); the file is corrupt") from None
+        records.append(record)
+    return records, 0
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -146,7 +146,11 @@ class Episode:
 
     @classmethod
     def from_json(cls, text: str) -> Episode:
-        d = json.loads(text)
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Episode:
+        d = dict(d)
         d["task"] = Task(**d["task"])
         d["turns"] = [Turn(**t) for t in d["turns"]]
         d["outcome"] = Outcome(**d["outcome"])

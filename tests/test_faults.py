@@ -1,6 +1,5 @@
 """Fault injection: same tools as TRL sees them, deterministic faults at the requested rate, recoverable by retry."""
 
-import doctest
 import inspect
 
 import pytest
@@ -44,8 +43,6 @@ def run_with_retries(spec, task, policy, retries: int = 5, max_calls: int = 30):
     return env, history, caught
 
 
-def test_doctests_pass():
-    assert doctest.testmod(faults).failed == 0
 
 
 def test_faulty_env_exposes_the_same_tools_to_trl():

@@ -24,6 +24,21 @@ def test_warm_load_is_fast_and_offline(smollm2):
     t0 = time.perf_counter()
     load_policy("smollm2-135m")
     assert time.perf_counter() - t0 < 15  # acceptance bound; typically ~1 s
+    # offline for real: in a fresh process where any network connection raises, and without HF_HUB_OFFLINE
+    import os
+    import subprocess
+    import sys
+
+    code = ("import socket\n"
+            "def refuse(*a, **k):\n    raise OSError('network used')\n"
+            "socket.socket.connect = refuse\nsocket.create_connection = refuse\nsocket.getaddrinfo = refuse\n"
+            "from agentlab.models import load_policy\n"
+            "model, tok = load_policy('smollm2-135m')\n"
+            "print(sum(p.numel() for p in model.parameters()))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                         check=False)
+    assert out.returncode == 0 and out.stdout.strip() == "134515008", out.stderr[-2000:]
 
 
 def test_shipped_model_generates_text(smollm2):

@@ -2,7 +2,6 @@
 
 Episodes come from the ``lookup`` fixture played by scripted policies (no model)."""
 
-import doctest
 import functools
 import io
 import json
@@ -44,8 +43,6 @@ def tasks(lookup):
     return lookup.make_tasks("train", 12, seed=0)
 
 
-def test_doctests_pass():
-    assert doctest.testmod(rewards).failed == 0
 
 
 def test_fbeta_matches_the_closed_form_and_edge_cases():
