@@ -442,11 +442,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from agentlab.models import ModelLoadError
     from agentlab.runs import RunExistsError
+    from agentlab.train import TrainingDiverged
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError, RunExistsError, ModelLoadError) as exc:  # bad input: one clear line
+    except (ValueError, FileNotFoundError, RunExistsError, ModelLoadError, TrainingDiverged) as exc:  # one clear line
         print(f"agentlab {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -58,6 +58,7 @@ class Experiment:
     reward: object = None         # None: the environment's default; a Reward, a callable of the episode, or a spec
     loss_type: str = "dapo"       # TRL's GRPO loss variants (LOSS_TYPES); "dapo" is TRL's default
     scale_rewards: str = "group"  # divide advantages by the group's std ("group"), the batch's, or not ("none")
+    max_nonfinite: int = 3        # updates with non-finite gradients are skipped; this many in a row stop the run
 
     def __post_init__(self):
         from agentlab.envs import load
@@ -71,7 +72,7 @@ class Experiment:
             errors.append(f"lr={self.lr} must be > 0")
         if self.group_size < 2:
             errors.append(f"group_size={self.group_size} must be >= 2 (GRPO compares rollouts within a group)")
-        for name in ("groups_per_step", "max_turns", "max_new_tokens", "steps", "eval_every", "lora_r"):
+        for name in ("groups_per_step", "max_turns", "max_new_tokens", "steps", "eval_every", "lora_r", "max_nonfinite"):
             if getattr(self, name) < 1:
                 errors.append(f"{name}={getattr(self, name)} must be >= 1")
         if self.micro_batch < 0:
@@ -239,6 +240,38 @@ class _StepStats:
 
     episodes: list[Episode] = field(default_factory=list)
     generate_s: float = 0.0
+    skipped: bool = False         # this step's update was skipped: a non-finite gradient
+    skipped_in_row: int = 0
+
+
+class TrainingDiverged(RuntimeError):
+    """Too many updates in a row had non-finite gradients; the run stops (its last checkpoint stays usable)."""
+
+
+def nonfinite_guard(stats: _StepStats, limit: int):
+    """A callback that skips an update whose gradients are not all finite (a NaN or inf loss, an overflow) and
+    stops training after ``limit`` such updates in a row.
+
+    Why by hand: transformers' Trainer steps the optimiser whatever the gradients hold, and one NaN step ruins
+    the weights (the seeds' reference run stopped on a NaN gradient). Setting every gradient to ``None`` makes
+    the optimiser's step a true no-op: AdamW skips parameters without a gradient, moments included.
+    """
+    import torch
+    from transformers import TrainerCallback
+
+    class NonFiniteGuard(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
+            params = [p for p in model.parameters() if p.grad is not None]
+            finite = all(bool(torch.isfinite(p.grad).all()) for p in params)
+            stats.skipped = not finite
+            stats.skipped_in_row = 0 if finite else stats.skipped_in_row + 1
+            if not finite:
+                for p in params:
+                    p.grad = None
+                if stats.skipped_in_row >= limit:
+                    control.should_training_stop = True
+
+    return NonFiniteGuard()
 
 
 def shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep: int, compute_entropy: bool = False,
@@ -611,7 +644,8 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
                       "time_forward_s": trainer.timing.get("forward_s"),
                       "time_backward_s": (trainer.timing.get("step_s", 0) - trainer.timing.get("prepare_s", 0)
                                           - trainer.timing.get("forward_s", 0)),
-                      "prompts_seen": state.global_step * exp.groups_per_step}
+                      "prompts_seen": state.global_step * exp.groups_per_step,
+                      "skipped_nonfinite_update": stats.skipped}
             run.append(run.metrics_file, record)
 
         def on_train_begin(self, args, state, control, **kw):
@@ -630,10 +664,15 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
         args=grpo_config(exp, run.path / "checkpoints", **(trainer_overrides or {})),
         train_dataset=Dataset.from_list(rows), processing_class=tok,
         peft_config=None if (init_adapter or backend == "unsloth") else lora_config(exp.lora_r),
-        rollout_func=make_rollout_func(spec, tok, train_tasks, exp, run, stats, reward_fn), callbacks=[Recorder()])
+        rollout_func=make_rollout_func(spec, tok, train_tasks, exp, run, stats, reward_fn), callbacks=[Recorder(), nonfinite_guard(stats, exp.max_nonfinite)])
     if not resume:
         evaluate_policy(trainer.model, tok, spec, eval_tasks, exp, run, 0)
     trainer.train(resume_from_checkpoint=resume)
+    if stats.skipped_in_row >= exp.max_nonfinite:
+        raise TrainingDiverged(
+            f"GRPO stopped at step {trainer.state.global_step}: {stats.skipped_in_row} updates in a row had non-finite "
+            f"gradients and were skipped (see skipped_nonfinite_update in {run.metrics_file}); lower the learning "
+            f"rate or check the reward, then resume from the last checkpoint")
     trainer.model.save_pretrained(run.path / "adapter")
     run.mark_finished({"steps": exp.steps, "adapter": str(run.path / "adapter")})
     return run

@@ -201,3 +201,37 @@ def test_shared_prefix_forward_matches_trl_logps_and_gradients(tiny, tmp_path, s
     assert torch.allclose(results[True][1][keep], results[False][1][keep], atol=1e-4)
     for name, g in results[False][2].items():
         assert torch.allclose(results[True][2][name], g, atol=1e-5, rtol=1e-3), name
+
+
+def test_nonfinite_gradients_skip_the_update_and_stop_the_run_after_k_in_a_row(tmp_path, monkeypatch):
+    """A NaN in the training forward (an overflow, a bad reward path) must not reach the weights: the update is
+    skipped (LoRA B stays exactly zero), logged, and K such updates in a row stop the run with a clear error."""
+    import torch
+
+    import agentlab.models as models
+    from agentlab.models import tiny_random
+    from agentlab.train import TrainingDiverged
+
+    loaded = {}
+
+    def poisoned(name, **kw):
+        model, tok = tiny_random()
+
+        def nan_when_training(module, inputs, output):  # generation runs without gradients and stays clean
+            return output * float("nan") if torch.is_grad_enabled() else output
+
+        model.model.norm.register_forward_hook(nan_when_training)
+        loaded["model"] = model
+        return model, models.prepare_tokenizer(tok)
+
+    monkeypatch.setattr(models, "load_policy", poisoned)
+    tasks = SPEC.make_tasks("train", 8, seed=0)
+    exp = Experiment(name="nan", model="tiny-random", steps=4, eval_every=4, eval_tasks=2, groups_per_step=1,
+                     group_size=2, max_new_tokens=4, max_turns=1, max_nonfinite=2, precision="fp32")
+    run = RunDir(tmp_path / "nan")
+    with pytest.raises(TrainingDiverged, match="2 updates in a row had non-finite gradients"):
+        run_grpo(exp, tasks, SPEC.make_tasks("validation", 2, seed=0), run=run)
+    metrics = run.metrics()
+    assert [m["skipped_nonfinite_update"] for m in metrics] == [True, True] and not run.finished
+    lora_b = [p for n, p in loaded["model"].named_parameters() if "lora_B" in n]
+    assert lora_b and all(bool((p == 0).all()) for p in lora_b)  # no update reached the weights
