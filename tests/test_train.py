@@ -20,7 +20,7 @@ SPEC = load("lookup")
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"env": "nope"}, "env='nope' is unknown"),
+    ({"env": "nope"}, "env='nope': unknown environment 'nope'"),
     ({"lr": -1.0}, "lr=-1.0 must be > 0"),
     ({"group_size": 1}, "group_size=1 must be >= 2"),
     ({"max_turns": 0}, "max_turns=0 must be >= 1"),
@@ -208,7 +208,7 @@ def test_nonfinite_gradients_skip_the_update_and_stop_the_run_after_k_in_a_row(t
     skipped (LoRA B stays exactly zero), logged, and K such updates in a row stop the run with a clear error."""
     import torch
 
-    import agentlab.models as models
+    from agentlab import models
     from agentlab.models import tiny_random
     from agentlab.train import TrainingDiverged
 
