@@ -206,6 +206,14 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
                          peft_config=None if init_adapter is not None else lora_config(settings.lora_r),
                          callbacks=[Checkpoints()])
+    if max_seconds is not None:
+        # transformers 5.24's notebook progress bar divides by None when training stops before max_steps; the
+        # text bar handles an early stop (seen running notebook 00's quickstart smoke in Jupyter).
+        from transformers.trainer_callback import ProgressCallback
+        from transformers.utils.notebook import NotebookProgressCallback
+
+        if trainer.pop_callback(NotebookProgressCallback) is not None:
+            trainer.add_callback(ProgressCallback)
     t0 = time.time()
     trainer.train()
     adapter = out_dir / "adapter"
