@@ -524,7 +524,7 @@ def trl_reward_func(reward_fn: RewardFn, env_name: str) -> Callable[..., list[fl
     """A reward function with TRL's custom signature, scoring each rollout from its environment instance.
 
     TRL (1.16, ``GRPOTrainer._calculate_rewards``) passes ``environments=`` — the instances the rollouts ran in —
-    to every reward function when ``environment_factory`` is set; we read ``env._task`` and ``env._outcome``,
+    to every reward function when ``environment_factory`` is set; we read ``env._task`` and ``env.outcome``,
     evaluate, and apply ``reward_fn``. Rollouts of another environment get ``None`` (TRL ignores them as NaN).
     Each term's batch mean is logged as ``reward_terms/<name>`` through TRL's ``log_metric``.
     """
@@ -542,7 +542,7 @@ def trl_reward_func(reward_fn: RewardFn, env_name: str) -> Callable[..., list[fl
             if getattr(env, "name", None) != env_name or env._task is None:
                 totals.append(None)
                 continue
-            outcome = env._outcome
+            outcome = env.outcome
             ep = Episode(task=env._task, turns=turns_from_messages(completion), outcome=outcome,
                          metrics=spec.evaluate(env._task, outcome),
                          exit_reason="final_answer" if outcome.finished else "no_tool_call")
@@ -592,15 +592,15 @@ def _expert_calls(spec, task: Task) -> tuple[list[ToolCall], list[str]]:
     try:
         for i in range(30):
             call = next(gen) if i == 0 else gen.send(result)
-            before = list(env._outcome.final)
+            before = list(env.outcome.final)
             result = call_tool(env, call)
-            if call.name != spec.env_class.final_tool and env._outcome.final == before:
+            if call.name != spec.env_class.final_tool and env.outcome.final == before:
                 looks.append(call)
             if env.done:
                 break
     except StopIteration:
         pass
-    return looks, list(env._outcome.final)
+    return looks, list(env.outcome.final)
 
 
 def _probe_episode(spec, task: Task, name: str, calls: list[ToolCall], final: list[str] | None) -> Episode:
@@ -610,10 +610,10 @@ def _probe_episode(spec, task: Task, name: str, calls: list[ToolCall], final: li
     env.reset(task=task.to_json())
     history = [(call, call_tool(env, call)) for call in calls]
     if final is not None:
-        env._outcome.final, env._outcome.finished = list(final), True
-        env._outcome.tool_calls += 1
+        env.outcome.final, env.outcome.finished = list(final), True
+        env.outcome.tool_calls += 1
         history.append((ToolCall(spec.env_class.final_tool, {"probe": final}), "(probe: answer set directly)"))
-    return episode_from_calls(spec, task, env._outcome, history, model_id=f"probe:{name}")
+    return episode_from_calls(spec, task, env.outcome, history, model_id=f"probe:{name}")
 
 
 # How many items each environment's final answer may hold (its tools refuse more), so a probe never submits an

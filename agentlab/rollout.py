@@ -194,14 +194,14 @@ class _Live:
 
 def _call_with_retries(env: ToolEnv, call: ToolCall, config: LoopConfig) -> tuple[str, str | None]:
     """Run a tool call; an exception is an environment fault, retried with backoff, then reported as infra."""
-    counted = env._outcome.tool_calls
+    counted = env.outcome.tool_calls
     for attempt in range(config.retries + 1):
-        errors_before = env._outcome.tool_errors
+        errors_before = env.outcome.tool_errors
         try:
             result = call_tool(env, call)
-            return result, ("policy" if env._outcome.tool_errors > errors_before else None)
+            return result, ("policy" if env.outcome.tool_errors > errors_before else None)
         except Exception as exc:  # noqa: BLE001 — InfraError, TimeoutError, a dropped connection or a tool bug
-            env._outcome.tool_calls = counted  # a failed attempt is not a call the policy made
+            env.outcome.tool_calls = counted  # a failed attempt is not a call the policy made
             if attempt == config.retries:
                 return f"{type(exc).__name__}: {exc}", "infra"
             time.sleep(config.backoff_s * 2**attempt)
@@ -244,7 +244,7 @@ def _finish(live: _Live, spec: EnvSpec, exit_reason: str, infra: bool, reward_fn
             live.env._finalize()
         except (InfraError, TimeoutError, ConnectionError):
             infra = True
-    ep.outcome = live.env._outcome
+    ep.outcome = live.env.outcome
     ep.metrics = spec.evaluate(ep.task, ep.outcome)
     ep.exit_reason = exit_reason
     ep.failure = "infra" if infra else (None if ep.success >= 1.0 else "model")

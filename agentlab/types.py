@@ -206,6 +206,11 @@ class ToolEnv:
     def done(self) -> bool:
         return self._outcome.finished
 
+    @property
+    def outcome(self) -> Outcome:
+        """What the episode produced so far (read it; tools change it through their own methods)."""
+        return self._outcome
+
     # -- helpers for subclasses (underscored so TRL does not expose them as tools) --------------------------
 
     def _start(self, task: Task) -> None:
@@ -235,6 +240,31 @@ class ToolEnv:
     def _error(self, message: str) -> str:
         self._outcome.tool_errors += 1
         return f"Error: {message}"
+
+
+def tool(method):
+    """Mark an environment method as a tool: the call is counted, and refused with an error the model reads before
+    ``reset`` or after the final-answer tool — the guard every tool needs, written once. ``functools.wraps``
+    keeps the name, signature and docstring, so the schema the model sees is the method's own.
+
+    >>> class Env(ToolEnv):
+    ...     @tool
+    ...     def ping(self) -> str:
+    ...         "Ping."
+    ...         return "pong"
+    >>> env = Env()
+    >>> env.ping(), env.outcome.tool_calls
+    ('Error: the environment was not reset with a task.', 1)
+    """
+    import functools
+
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        if refusal := self._guard():
+            return refusal
+        return method(self, *args, **kwargs)
+
+    return guarded
 
 
 # A scripted policy is a generator: it yields tool calls and receives each call's result string.
@@ -293,18 +323,20 @@ def call_tool(env: ToolEnv, call: ToolCall) -> str:
     """
     method = getattr(type(env), call.name, None) if not call.name.startswith("_") else None
     if method is None or call.name in ("reset", "get_reward") or not callable(method):
-        env._outcome.tool_calls += 1
+        env.outcome.tool_calls += 1
         return env._error(f"unknown tool {call.name!r}; available tools: {', '.join(tool_names(env))}")
     if not isinstance(call.arguments, dict):
-        env._outcome.tool_calls += 1
+        env.outcome.tool_calls += 1
         return env._error(f"arguments must be a JSON object, got {type(call.arguments).__name__}")
-    try:
-        return str(getattr(env, call.name)(**call.arguments))
-    except InfraError:
-        raise
-    except TypeError as exc:  # wrong or missing argument names
-        env._outcome.tool_calls += 1
+    import inspect
+
+    try:  # wrong or missing argument names: the policy's mistake, counted once, answered with an error
+        inspect.signature(method).bind(env, **call.arguments)
+    except TypeError as exc:
+        env.outcome.tool_calls += 1
         return env._error(f"bad arguments for {call.name}: {exc}")
+    # anything the body raises is the environment's (a tool answers bad values with "Error: …" strings)
+    return str(getattr(env, call.name)(**call.arguments))
 
 
 def tool_names(env: ToolEnv | type[ToolEnv]) -> list[str]:
@@ -339,7 +371,7 @@ def run_policy(spec: EnvSpec, task: Task, policy: Policy, max_calls: int = 30) -
     except StopIteration:
         pass
     env._finalize()
-    return env._outcome, history
+    return env.outcome, history
 
 
 def seeded_rng(*parts: object) -> random.Random:

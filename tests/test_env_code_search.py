@@ -108,7 +108,7 @@ def test_tools_happy_path(env):
         "get_reward", "read_repo", "reset", "return_answer", "search_repo"]
     result = env.search_repo("decode a JSON document into a python object")
     assert "json.decoder.JSONDecoder.decode (method) — " in result and len(result.splitlines()) <= 10
-    assert "json.decoder.JSONDecoder.decode" in env._outcome.seen
+    assert "json.decoder.JSONDecoder.decode" in env.outcome.seen
     text = env.read_repo("`json.decoder.JSONDecoder.decode()`")
     assert text.startswith("json.decoder.JSONDecoder.decode (method) — json/decoder.py, line ")
     assert "def decode(self, s" in text and "Return the Python representation" in text
@@ -116,7 +116,7 @@ def test_tools_happy_path(env):
     assert long.endswith("[truncated]") and len(long) <= cs.READ_BUDGET + 20
     assert env.return_answer("`json.decoder.JSONDecoder.decode()`") == \
         "Answer recorded: json.decoder.JSONDecoder.decode."
-    assert env.done and env._outcome.final == ["json.decoder.JSONDecoder.decode"]
+    assert env.done and env.outcome.final == ["json.decoder.JSONDecoder.decode"]
 
 
 HOSTILE = ['"', '"unbalanced', "*", "json*", ":", "json:dumps", "NEAR", "a NEAR/3 b", "AND", "NOT", "OR",
@@ -138,7 +138,7 @@ def test_hostile_text_never_raises_and_is_fast(env, text):
 def test_bad_arguments_are_policy_errors(env, bad):
     for tool, arg in (("search_repo", "keywords"), ("read_repo", "name"), ("return_answer", "answer")):
         assert call_tool(env, ToolCall(tool, {arg: bad})).startswith("Error: ")
-    assert not env.done and env._outcome.tool_errors == 3
+    assert not env.done and env.outcome.tool_errors == 3
 
 
 def test_unknown_names_tools_and_arguments(env):
@@ -158,7 +158,7 @@ def test_calls_after_the_episode_are_refused(env):
     for call in (ToolCall("search_repo", {"keywords": "json"}), ToolCall("read_repo", {"name": "json.dumps"}),
                  ToolCall("return_answer", {"answer": "json.loads"})):
         assert call_tool(env, call).startswith("Error: the episode is over")
-    assert env._outcome.final == ["json.dumps"]
+    assert env.outcome.final == ["json.dumps"]
 
 
 def test_infra_faults_raise_infra_error(env, tmp_path, monkeypatch):
@@ -171,7 +171,7 @@ def test_infra_faults_raise_infra_error(env, tmp_path, monkeypatch):
     monkeypatch.setattr(cs, "_store", lambda: cs._Store(real.db_path, None))
     with pytest.raises(InfraError):
         call_tool(env, ToolCall("search_repo", {"keywords": "json"}))
-    assert env._outcome.tool_errors == 0  # infra faults are not counted against the policy
+    assert env.outcome.tool_errors == 0  # infra faults are not counted against the policy
 
 
 # -- tasks, splits, verifier, policies -----------------------------------------------------------------------
@@ -222,7 +222,7 @@ def test_evaluate_is_lenient_on_format_not_on_names():
     env = cs.CodeSearchEnv()
     env.reset(task=task.to_json())
     env.return_answer("`json.dumps()`,\n'json.loads'")
-    assert cs.evaluate(task, env._outcome) == {"success": 1.0, "exact": 1.0, "recall": 1.0, "precision": 1.0,
+    assert cs.evaluate(task, env.outcome) == {"success": 1.0, "exact": 1.0, "recall": 1.0, "precision": 1.0,
                                               "answered": 1.0, "found": 0.0}
     m = cs.evaluate(task, Outcome(final=["json.dumps", "json.loads", "json.load"]))
     assert (m["success"], m["exact"], m["precision"]) == (1.0, 0.0, 2 / 3)

@@ -187,16 +187,16 @@ def test_search_read_curate_drop_finish(env):
     ids = listed_ids(result)
     assert "json.dumps#0" in ids and 1 <= len(ids) <= 8
     assert result.splitlines()[-1] == f"[seen {len(ids)} chunks, curated 0/30]"
-    assert set(ids) <= set(env._outcome.seen)
+    assert set(ids) <= set(env.outcome.seen)
     assert call(env, "read_document", doc_id="json.dumps#0").startswith("json.dumps#0 | json.dumps (function)\n")
     grep = call(env, "grep_corpus", pattern=r"def loads\(")
     assert "json.loads#0" in listed_ids(grep)
     assert "Curated 2" in call(env, "curate", doc_ids="json.dumps#0, json.loads#0")
-    assert env._outcome.final == ["json.dumps#0", "json.loads#0"]  # counts even without finish
+    assert env.outcome.final == ["json.dumps#0", "json.loads#0"]  # counts even without finish
     assert "Dropped 1" in call(env, "drop_curated", doc_ids="json.loads#0")
-    assert env._outcome.final == ["json.dumps#0"]
+    assert env.outcome.final == ["json.dumps#0"]
     assert call(env, "finish") == "Finished with 1 curated chunks."
-    assert env.done and env._outcome.final == ["json.dumps#0"]
+    assert env.done and env.outcome.final == ["json.dumps#0"]
     for name, args in [("bm25_search", {"query": "json"}), ("curate", {"doc_ids": "json.loads#0"}), ("finish", {})]:
         assert call(env, name, **args).startswith("Error: the episode is over")
 
@@ -207,7 +207,7 @@ def test_read_and_curate_need_seen_known_ids(env):
     assert call(env, "curate", doc_ids="json.dumps#0").startswith("Error: nothing curated")
     assert call(env, "curate", doc_ids="nope#1 , ").startswith("Error:")
     assert call(env, "drop_curated", doc_ids="json.dumps#0").startswith("Error:")
-    assert env._outcome.final == []
+    assert env.outcome.final == []
 
 
 def test_curated_set_is_capped(env, corpus):
@@ -215,7 +215,7 @@ def test_curated_set_is_capped(env, corpus):
     env._record(ids)
     result = call(env, "curate", doc_ids=" ".join(ids))
     assert "Curated 30" in result and "the curated set is full" in result
-    assert len(env._outcome.final) == doc_search.MAX_CURATED
+    assert len(env.outcome.final) == doc_search.MAX_CURATED
 
 
 @pytest.mark.parametrize("pattern", [r"(a+)+$", r"(.*a){20}", r"(\w+\s?)+!{3}", r"(.*,){12}X", r"([\s\S]*)*\0z"])

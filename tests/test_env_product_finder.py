@@ -141,7 +141,7 @@ def test_get_reward_after_an_expert_episode(spec, test_tasks):
     gen, result = spec.expert(test_tasks[3]), None
     while not env.done:
         result = call_tool(env, gen.send(result) if result is not None else next(gen))
-    assert env.get_reward() == 1.0 and env._outcome.seen
+    assert env.get_reward() == 1.0 and env.outcome.seen
 
 
 # -- tools and hostile inputs -------------------------------------------------------------------------------------
@@ -197,7 +197,7 @@ def test_odd_but_valid_search_arguments_answer_within_bounds(env, arguments):
 def test_bad_search_arguments_give_short_errors(env, arguments, fragment):
     result = call_tool(env, ToolCall("search_products", arguments))
     assert result.startswith("Error:") and fragment in result and len(result) < 400
-    assert env._outcome.tool_errors == 1
+    assert env.outcome.tool_errors == 1
 
 
 @pytest.mark.parametrize("tool", ["view_product", "recommend"])
@@ -210,16 +210,16 @@ def test_bad_product_ids_give_short_errors(env, tool, product_id):
 
 def test_view_and_recommend_normalise_ids_and_record_seen(env):
     view = call_tool(env, ToolCall("view_product", {"product_id": " p00042 "}))
-    assert view.startswith("P00042 |") and "rating:" in view and env._outcome.seen == ["P00042"]
+    assert view.startswith("P00042 |") and "rating:" in view and env.outcome.seen == ["P00042"]
     assert call_tool(env, ToolCall("recommend", {"product_id": "P00042"})).startswith("Recommended P00042")
-    assert env.done and env._outcome.final == ["P00042"]
+    assert env.done and env.outcome.final == ["P00042"]
 
 
 def test_calls_after_recommend_unknown_tools_and_private_methods_are_refused(env):
     call_tool(env, ToolCall("recommend", {"product_id": "P00001"}))
     for call in (ToolCall("search_products", {"query": "tent"}), ToolCall("recommend", {"product_id": "P00002"})):
         assert "episode is over" in call_tool(env, call)
-    assert env._outcome.final == ["P00001"]
+    assert env.outcome.final == ["P00001"]
     for name in ("buy_product", "_lookup", "reset", "get_reward"):
         assert "unknown tool" in call_tool(env, ToolCall(name, {}))
     assert "arguments must be a JSON object" in call_tool(env, ToolCall("view_product", ["P00001"]))

@@ -25,13 +25,13 @@ def run_with_retries(spec, task, policy, retries: int = 5, max_calls: int = 30):
         for _ in range(max_calls):
             call = gen.send(result) if history else next(gen)
             for _attempt in range(retries + 1):
-                calls_before = env._outcome.tool_calls
+                calls_before = env.outcome.tool_calls
                 try:
                     result = call_tool(env, call)
                     break
                 except InfraError as exc:
-                    assert env._outcome.tool_calls == calls_before + 1  # counted, as a real env fault is
-                    env._outcome.tool_calls = calls_before  # a failed attempt is not the policy's call
+                    assert env.outcome.tool_calls == calls_before + 1  # counted, as a real env fault is
+                    env.outcome.tool_calls = calls_before  # a failed attempt is not the policy's call
                     caught.append(exc)
             else:
                 raise RuntimeError(f"{call.name} kept failing after {retries} retries")
@@ -91,8 +91,8 @@ def test_faults_are_counted_and_retries_recover_the_fault_free_result(lookup):
     for task in tasks:
         clean_outcome, clean_history = run_policy(lookup, task, lookup.expert)
         env, history, errors = run_with_retries(spec, task, lookup.expert)
-        assert env._outcome == clean_outcome and history == clean_history
-        assert lookup.evaluate(task, env._outcome) == lookup.evaluate(task, clean_outcome)
+        assert env.outcome == clean_outcome and history == clean_history
+        assert lookup.evaluate(task, env.outcome) == lookup.evaluate(task, clean_outcome)
         assert [f["attempt"] for f in env._faults] == sorted(f["attempt"] for f in env._faults)
         caught += len(errors)
         reported += len(env._faults)

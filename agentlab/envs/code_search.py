@@ -30,7 +30,7 @@ from agentlab.corpora.stdlib_code import docstring_clue, leaks_name, mask_names,
 from agentlab.paths import cache_dir
 from agentlab.rewards import Reward
 from agentlab.search import SearchIndex, words
-from agentlab.types import EnvSpec, InfraError, Outcome, Task, ToolCall, ToolEnv, seeded_rng
+from agentlab.types import EnvSpec, InfraError, Outcome, Task, ToolCall, ToolEnv, seeded_rng, tool
 
 INDEX_VERSION = 1
 READ_BUDGET = 1_500
@@ -107,6 +107,7 @@ class CodeSearchEnv(ToolEnv):
     final_tool = "return_answer"
     system_prompt = SYSTEM_PROMPT
 
+    @tool
     def search_repo(self, keywords: str) -> str:
         """Search the standard library's functions, methods and classes by keywords (BM25).
 
@@ -122,8 +123,6 @@ class CodeSearchEnv(ToolEnv):
             search_repo(keywords="decode json document") ->
             "json.decoder.JSONDecoder.decode (method) — Return the Python representation of ``s`` …"
         """
-        if refusal := self._guard():
-            return refusal
         if not isinstance(keywords, str) or not words(keywords[:2000]):
             return self._error("keywords must be a non-empty string of words, "
                                "e.g. search_repo(keywords='json decode').")
@@ -136,6 +135,7 @@ class CodeSearchEnv(ToolEnv):
         self._record(hits)
         return "\n".join(f"{n} ({rows[n][1]}) — {summary(rows[n][3], rows[n][2])}" for n in hits if n in rows)
 
+    @tool
     def read_repo(self, name: str) -> str:
         """Read one definition in full: where it is, its signature, docstring and source code.
 
@@ -150,8 +150,6 @@ class CodeSearchEnv(ToolEnv):
             read_repo(name="json.dumps") ->
             "json.dumps (function) — json/__init__.py, line 183\\ndef dumps(obj, *, skipkeys=False, …"
         """
-        if refusal := self._guard():
-            return refusal
         if not isinstance(name, str) or not name.strip():
             return self._error("name must be a qualified name string, e.g. read_repo(name='json.dumps').")
         wanted = (_names(name[:MAX_NAME_CHARS]) or [""])[0]
@@ -164,6 +162,7 @@ class CodeSearchEnv(ToolEnv):
         text = f"{wanted} ({kind}) — {file}, line {line}\n{source}"
         return text if len(text) <= READ_BUDGET else text[:READ_BUDGET] + "\n[truncated]"
 
+    @tool
     def return_answer(self, answer: str) -> str:
         """Give the final answer and end the episode.
 
@@ -174,8 +173,6 @@ class CodeSearchEnv(ToolEnv):
         Returns:
             A confirmation; no further tool calls are possible.
         """
-        if refusal := self._guard():
-            return refusal
         if not isinstance(answer, str) or not _names(answer[:5000]):
             return self._error("answer must name at least one qualified name, "
                                "e.g. return_answer(answer='json.dumps').")

@@ -24,7 +24,7 @@ from functools import lru_cache
 from agentlab.corpora import pydocs
 from agentlab.rewards import Reward
 from agentlab.search import words
-from agentlab.types import EnvSpec, InfraError, Outcome, Task, ToolCall, ToolEnv, seeded_rng
+from agentlab.types import EnvSpec, InfraError, Outcome, Task, ToolCall, ToolEnv, seeded_rng, tool
 
 try:  # `regex` (a transformers dependency) has a match timeout; stdlib `re` has none, see _compile
     import regex as _re
@@ -89,6 +89,7 @@ class DocSearchEnv(ToolEnv):
     def _status(self) -> str:
         return f"[seen {len(self._outcome.seen)} chunks, curated {len(self._curated)}/{MAX_CURATED}]"
 
+    @tool
     def bm25_search(self, query: str) -> str:
         """Keyword (BM25) search over every documentation chunk.
 
@@ -99,8 +100,6 @@ class DocSearchEnv(ToolEnv):
             Up to 8 hits, one per line: chunk id | title | score | snippet; then the running count of chunks
             seen and curated so far.
         """
-        if refusal := self._guard():
-            return refusal
         if not isinstance(query, str) or not query.strip():
             return self._error("query must be a non-empty string, e.g. bm25_search(query='serialize JSON').")
         try:
@@ -118,6 +117,7 @@ class DocSearchEnv(ToolEnv):
             lines.append(f"{cid} | {self._corpus.title(cid)} | {score:.1f} | {_snippet(text, at)}")
         return "\n".join(lines + [self._status()])
 
+    @tool
     def grep_corpus(self, pattern: str) -> str:
         """Scan every chunk with a short Python regular expression (case-insensitive, ^/$ match at lines).
 
@@ -128,8 +128,6 @@ class DocSearchEnv(ToolEnv):
             Up to 10 matching chunks, one per line: chunk id | title | snippet around the match; then the
             running counts. The scan stops after 0.5 s, so prefer specific patterns.
         """
-        if refusal := self._guard():
-            return refusal
         if not isinstance(pattern, str) or not pattern or len(pattern) > 200:
             return self._error("pattern must be a regex string of 1 to 200 characters, e.g. 'JSON formatted'.")
         try:
@@ -146,6 +144,7 @@ class DocSearchEnv(ToolEnv):
                  for cid, (i, at) in zip(ids, hits)]
         return "\n".join(lines + [f"{self._status()}{note}"])
 
+    @tool
     def read_document(self, doc_id: str) -> str:
         """Read the title and full text of one chunk you have already seen in a result list.
 
@@ -155,8 +154,6 @@ class DocSearchEnv(ToolEnv):
         Returns:
             The chunk's id, title and text, and the ids of its neighbouring chunks in the same document.
         """
-        if refusal := self._guard():
-            return refusal
         cid = str(doc_id).strip().strip("'\"")[:300] if isinstance(doc_id, (str, int)) else ""
         if cid not in self._corpus.pos:
             return self._error(f"unknown chunk id {cid[:80]!r}; use an id from a search result.")
@@ -168,6 +165,7 @@ class DocSearchEnv(ToolEnv):
         tail = f"\n[neighbouring chunks: {', '.join(near)}]" if near else ""
         return f"{cid} | {self._corpus.title(cid)}\n{self._corpus.text(cid)}{tail}"
 
+    @tool
     def curate(self, doc_ids: str) -> str:
         """Add chunks to the curated result set (at most 30 chunks in all).
 
@@ -177,8 +175,6 @@ class DocSearchEnv(ToolEnv):
         Returns:
             What was added and what was skipped (unknown, not yet seen, or over the cap), with the running counts.
         """
-        if refusal := self._guard():
-            return refusal
         if not (ids := _parse_ids(doc_ids)):
             return self._error("doc_ids must list chunk ids, e.g. curate(doc_ids='json.dumps#0, json.dump#0').")
         added, skipped = [], []
@@ -198,6 +194,7 @@ class DocSearchEnv(ToolEnv):
         skip = f" Skipped: {', '.join(skipped[:5])}." if skipped else ""
         return f"Curated {len(added)}: {', '.join(added) or '-'}.{skip} {self._status()}"
 
+    @tool
     def drop_curated(self, doc_ids: str) -> str:
         """Remove chunks from the curated result set.
 
@@ -207,8 +204,6 @@ class DocSearchEnv(ToolEnv):
         Returns:
             What was removed, with the running counts.
         """
-        if refusal := self._guard():
-            return refusal
         drop = [cid for cid in _parse_ids(doc_ids) if cid in self._curated]
         if not drop:
             return self._error(f"none of those ids is curated. {self._status()}")
@@ -216,14 +211,13 @@ class DocSearchEnv(ToolEnv):
         self._outcome.final = list(self._curated)
         return f"Dropped {len(drop)}: {', '.join(drop)}. {self._status()}"
 
+    @tool
     def finish(self) -> str:
         """End the episode and hand the curated set back.
 
         Returns:
             A confirmation with the number of curated chunks; no further tool calls are possible.
         """
-        if refusal := self._guard():
-            return refusal
         self._outcome.final = list(self._curated)
         self._outcome.finished = True
         return f"Finished with {len(self._curated)} curated chunks."

@@ -18,7 +18,7 @@ import re
 from functools import lru_cache
 
 from agentlab.rewards import Reward
-from agentlab.types import EnvSpec, Outcome, Task, ToolCall, ToolEnv, seeded_rng
+from agentlab.types import EnvSpec, Outcome, Task, ToolCall, ToolEnv, seeded_rng, tool
 
 FIRST = ["Ada", "Bram", "Cora", "Dag", "Edda", "Finn", "Greta", "Hugo", "Ines", "Jon", "Kaia", "Lars", "Mira", "Nils", "Olga", "Per", "Rana", "Sven", "Tove", "Ulf"]
 LAST = ["Vell", "Morn", "Strand", "Ekholm", "Dahl", "Brekke", "Lunde", "Falk", "Hovd", "Aas", "Rud", "Sand", "Berg", "Lien", "Moe", "Haug", "Vik", "Nes", "Bakke", "Holm", "Lie", "Tveit", "Fossum", "Eide", "Myhre", "Solberg", "Kvam", "Ness", "Grov", "Ruud"]
@@ -66,6 +66,7 @@ class LookupEnv(ToolEnv):
     final_tool = "answer"
     system_prompt = SYSTEM_PROMPT
 
+    @tool
     def search_people(self, query: str) -> str:
         """Search the people directory by name.
 
@@ -75,8 +76,6 @@ class LookupEnv(ToolEnv):
         Returns:
             Up to three matching records, one per line: id, name and all attributes.
         """
-        if refusal := self._guard():
-            return refusal
         if not isinstance(query, str) or not query.strip():
             return self._error("query must be a non-empty string, e.g. search_people(query='Ada Vell').")
         terms = _words(query[:500])
@@ -95,6 +94,7 @@ class LookupEnv(ToolEnv):
             f"{p['id']} | {p['name']} | " + " | ".join(f"{a}: {p[a]}" for a in ATTRIBUTES) for p in hits
         )
 
+    @tool
     def answer(self, value: str) -> str:
         """Give the final answer and end the episode.
 
@@ -104,8 +104,6 @@ class LookupEnv(ToolEnv):
         Returns:
             A confirmation; no further tool calls are possible.
         """
-        if refusal := self._guard():
-            return refusal
         if not isinstance(value, str):
             return self._error("value must be a string, e.g. answer(value='Oslo').")
         self._outcome.final = [value.strip()[:200]]

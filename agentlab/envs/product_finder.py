@@ -25,7 +25,7 @@ from functools import lru_cache
 
 from agentlab.corpora.catalog import TYPES, ProductIndex, index, satisfies, terms
 from agentlab.rewards import Reward
-from agentlab.types import EnvSpec, InfraError, Outcome, Task, ToolCall, ToolEnv, seeded_rng
+from agentlab.types import EnvSpec, InfraError, Outcome, Task, ToolCall, ToolEnv, seeded_rng, tool
 
 # Products (by id) and queries (by text) both hash to a split; a task is kept only when the two agree, so no
 # target product and no query text can appear in two splits.
@@ -70,6 +70,7 @@ class ProductFinderEnv(ToolEnv):
     final_tool = "recommend"
     system_prompt = SYSTEM_PROMPT
 
+    @tool
     def search_products(self, query: str, category: str = "", brand: str = "", colour: str = "",
                         max_price: float = 0, min_rating: float = 0) -> str:
         """Search the catalog by keywords, optionally filtered. Empty strings and 0 mean "no filter".
@@ -86,8 +87,6 @@ class ProductFinderEnv(ToolEnv):
         Returns:
             Up to 10 matches, one per line: id | title | price | rating.
         """
-        if refusal := self._guard():
-            return refusal
         texts = {"query": query, "category": category, "brand": brand, "colour": colour}
         for key, value in texts.items():
             if value is not None and not isinstance(value, str):
@@ -114,6 +113,7 @@ class ProductFinderEnv(ToolEnv):
         lines = [f"{p['id']} | {p['title']} | ${p['price']:.2f} | {p['rating']:.1f} stars" for p in hits]
         return f"{total} matches, showing {len(hits)}:\n" + "\n".join(lines)
 
+    @tool
     def view_product(self, product_id: str) -> str:
         """Show every attribute of one product.
 
@@ -123,8 +123,6 @@ class ProductFinderEnv(ToolEnv):
         Returns:
             The product's title, category, type, brand, colour, material, size, price, rating and description.
         """
-        if refusal := self._guard():
-            return refusal
         product, problem = self._lookup(product_id)
         if problem:
             return self._error(problem)
@@ -134,6 +132,7 @@ class ProductFinderEnv(ToolEnv):
                          + [f"price: ${product['price']:.2f}", f"rating: {product['rating']:.1f}",
                             f"description: {product['description']}"])
 
+    @tool
     def recommend(self, product_id: str) -> str:
         """Recommend one product and end the episode.
 
@@ -143,8 +142,6 @@ class ProductFinderEnv(ToolEnv):
         Returns:
             A confirmation; no further tool calls are possible.
         """
-        if refusal := self._guard():
-            return refusal
         product, problem = self._lookup(product_id)
         if problem:
             return self._error(problem)
