@@ -17,39 +17,13 @@ import argparse
 import dataclasses
 import json
 import sys
-import time
 from pathlib import Path
 
-from agentlab.paths import data_dir
+from agentlab.pipeline import evaluate, load_split, print_summary, synth, tasks_dir, tasks_of
+
+__all__ = ["build_parser", "evaluate", "load_split", "main", "print_summary", "synth", "tasks_dir"]  # notebooks' names
 
 ENV_HELP = "a shipped or registered name, path/to/file.py:NAME or package.module:NAME (an EnvSpec)"
-
-
-def tasks_dir(env: str) -> Path:
-    """``data/tasks/<name>``, by the environment's own name (``--env file.py:SPEC`` included)."""
-    from agentlab.envs import load
-
-    return data_dir() / "tasks" / load(env).name
-
-
-def synth(env: str, sizes: dict[str, int], seed: int = 0, demos: int = 48, folder: Path | None = None) -> Path:
-    """Synthesise audited splits and expert demonstrations (from the train split) into ``folder``."""
-    from agentlab.envs import load
-    from agentlab.synth import audit_splits, build_splits, expert_demos, save_splits
-
-    spec = load(env)
-    if spec.expert is None:
-        raise ValueError(f"environment {env!r} has no scripted expert: there is nothing to write demonstrations "
-                         f"from; agentlab eval and train take its task rows directly")
-    folder = folder or tasks_dir(env)
-    splits = build_splits(spec, sizes, seed=seed)
-    save_splits(splits, folder)
-    rows = expert_demos(spec, splits["train"][:demos])
-    (folder / "demos.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    audit = audit_splits(spec, splits)
-    (folder / "audit.json").write_text(json.dumps({**audit, "seed": seed, "demos": len(rows)}, indent=2))
-    print(f"{env}: {audit['sizes']} tasks, {len(rows)} expert demos, splits disjoint -> {folder}")
-    return folder
 
 
 def resolve_env(a) -> str:
@@ -90,64 +64,6 @@ def _add_trl_class_args(p) -> None:
                    help="held-out rows (default: a hash split of --tasks)")
     p.add_argument("--reward-method", default=None, help="the class's reward method (default: reward or get_reward)")
     p.add_argument("--success-threshold", type=float, default=1.0, help="success = reward >= this (default 1.0)")
-
-
-def _tasks_of(env: str, split: str, folder: Path | None = None) -> list:
-    """A TRL-style class's tasks come from its rows; any other environment's from its synthesised split files."""
-    from agentlab.envs import load
-
-    spec = load(env)
-    if getattr(spec.env_class, "_from_rows", False):
-        return spec.make_tasks(split, 10**9)
-    return load_split(env, split, folder)
-
-
-def load_split(env: str, split: str, folder: Path | None = None) -> list:
-    from agentlab.envs import load
-    from agentlab.synth import load_tasks
-
-    name = load(env).name  # an unknown environment is named as such, before any file is looked for
-    path = (folder or tasks_dir(env)) / f"{split}.jsonl"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist; run `agentlab synth --env {env}` first")
-    return load_tasks(path, env=name)
-
-
-def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str | None = None, samples: int = 1,
-             greedy: bool = True, loop=None, label: str = "", seed: int = 0) -> dict:
-    """Run the shared loop on ``tasks`` and write ``rollouts.jsonl``, ``summary.json`` and ``summary.png``."""
-    from agentlab.envs import load
-    from agentlab.evals import summarize
-    from agentlab.models import load_policy
-    from agentlab.plots import plot_eval_summary
-    from agentlab.rollout import LoopConfig, run_episodes
-    from agentlab.runs import _atomic_write
-
-    spec = load(env)
-    model, tok = load_policy(model_name, adapter=adapter)
-    loop = loop or LoopConfig(temperature=0.0 if greedy else 0.7)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    with open(out_dir / "rollouts.jsonl", "w") as fh:
-        episodes = run_episodes(model, tok, spec, tasks, samples=samples, config=loop, greedy=greedy, out=fh,
-                                seed=seed, model_id=model_name + (f"+{adapter}" if adapter else ""),
-                                config_id=label)
-    summary = {"label": label, "model": model_name, "adapter": adapter, "env": env, "samples": samples,
-               "greedy": greedy, "loop": dataclasses.asdict(loop), "seconds": time.time() - t0,
-               **summarize(episodes)}
-    _atomic_write(out_dir / "summary.json", json.dumps(summary, indent=2, sort_keys=True))  # a kill: old or new
-    plot_eval_summary(summary, out_dir / "summary.png")
-    return summary
-
-
-def print_summary(summary: dict) -> None:
-    s = summary["success"]
-    print(f"{summary.get('label') or summary['env']}: success {s['mean']:.3f} [95% CI {s['ci_low']:.3f}, "
-          f"{s['ci_high']:.3f}] over n={s['n']} episodes ({summary['seconds']:.0f} s)")
-    b = summary.get("breakdown", {})
-    if b:
-        model = ", ".join(f"{k} {v}" for k, v in b.get("model", {}).items())
-        print(f"  failures: model {b.get('model_total', 0)} ({model or 'none'}), infra {b.get('infra', 0)}")
 
 
 # -- subcommands ------------------------------------------------------------------------------------------------------
@@ -209,8 +125,8 @@ def _cmd_train(a) -> int:
         backend = "unsloth"
     a.env = resolve_env(a) if a.env else None
     exp = _experiment_from_args(a)  # validated before any work starts
-    train_tasks = _tasks_of(exp.env, "train")
-    eval_tasks = _tasks_of(exp.env, a.eval_split)
+    train_tasks = tasks_of(exp.env, "train")
+    eval_tasks = tasks_of(exp.env, a.eval_split)
     run = run_grpo(exp, train_tasks, eval_tasks, init_adapter=a.init_adapter, overwrite=a.overwrite,
                    backend=backend, recipe=a.recipe, trainer_overrides=overrides)
     print(f"GRPO run finished -> {run.path}")
@@ -257,7 +173,7 @@ def _cmd_eval(a) -> int:
     if a.n < 1 or a.samples < 1:
         raise ValueError(f"--n {a.n} and --samples {a.samples} must be >= 1")
     a.env = resolve_env(a)
-    tasks = _tasks_of(a.env, a.split)[: a.n]
+    tasks = tasks_of(a.env, a.split)[: a.n]
     if not tasks:
         raise ValueError(f"no {a.split} tasks for {a.env}: give more rows, or held-out rows with --eval-rows")
     name = a.name or f"eval-{a.env}-{a.split}"

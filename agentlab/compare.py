@@ -30,6 +30,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from agentlab.evals import success_entry
 from agentlab.rollout import LoopConfig
 from agentlab.runs import RunDir
 from agentlab.types import EnvSpec, Episode, Task
@@ -154,11 +155,6 @@ def episode_sft_row(ep: Episode) -> dict:
     return {"input_ids": list(prompt) + list(completion), "assistant_masks": [0] * len(prompt) + list(mask)}
 
 
-def _entry(summary: dict) -> dict:
-    s = summary["success"]
-    return {"success": s["mean"], "ci_low": s["ci_low"], "ci_high": s["ci_high"], "n": s["n"]}
-
-
 class Comparison:
     """The stages of one comparison over one run folder; each stage returns its output if it exists."""
 
@@ -189,7 +185,7 @@ class Comparison:
 
     def evaluate(self, folder: Path, adapter: Path | str, tasks: list[Task], label: str) -> dict:
         """Greedy eval of ``adapter`` on ``tasks`` into ``folder`` (skipped when its summary exists)."""
-        from agentlab.cli import evaluate
+        from agentlab.pipeline import evaluate
 
         if (folder / "summary.json").exists():
             return json.loads((folder / "summary.json").read_text())
@@ -239,7 +235,7 @@ class Comparison:
             summary = self._timed(f"{arm}_lr={lr:g}_steps={s}_validation", self.evaluate,
                                   folder / f"validation-step-{s}", adapter, val, f"{arm} lr={lr:g} steps={s}")
             regime = self.cfg.regime if arm != "sft_all" else f"expert:{self.cfg.sft_all_demos}"
-            point = {"arm": arm, "regime": regime, "lr": lr, "steps": s, "validation": _entry(summary)}
+            point = {"arm": arm, "regime": regime, "lr": lr, "steps": s, "validation": success_entry(summary)}
             self._tried(point)
             key = (point["validation"]["success"], -s, -lr)
             if best is None or key > best[0]:
@@ -284,10 +280,10 @@ class Comparison:
         evals = [e for e in grpo_run.evals() if e["step"] > 0]
         for e in evals:
             self._tried({"arm": "grpo", "regime": self.cfg.regime, "lr": self.cfg.grpo_lr, "steps": e["step"],
-                               "validation": _entry(e)})
+                               "validation": success_entry(e)})
         best = max(evals, key=lambda e: (e["success"]["mean"], -e["step"]))
         seconds = sum(m.get("time_step_s") or 0.0 for m in grpo_run.metrics())
-        choice = {"step": best["step"], "validation": _entry(best), "train_seconds": round(seconds, 1),
+        choice = {"step": best["step"], "validation": success_entry(best), "train_seconds": round(seconds, 1),
                   "adapter": str(grpo_run.path / "checkpoints" / f"checkpoint-{best['step']}")}
         self.run.write_json("grpo/choice.json", choice)
         return choice
@@ -386,7 +382,7 @@ def run_compare(cfg: CompareConfig, arms: tuple[str, ...] = ARMS, overwrite: boo
         _say(f"[{cfg.name}] test evaluation of {arm} on {len(test)} tasks (greedy, once)")
         folder = cmp.run.path / "test" / arm
         summary = cmp._timed(f"test_{arm}", cmp.evaluate, folder, chosen["adapter"], test, arm)
-        results[arm] = _entry(summary)
+        results[arm] = success_entry(summary)
         episodes[arm] = read_rollouts(folder / "rollouts.jsonl")[0]
     diffs = {}
     if "grpo" in results:

@@ -261,6 +261,16 @@ def failure_breakdown(episodes: list[Episode]) -> dict:
             "model_with_off_form": sum(1 for ep in episodes if ep.failure == "model" and off_form_calls(ep))}
 
 
+def success_entry(summary: dict) -> dict:
+    """A summary's headline as reports tabulate it: ``{"success", "ci_low", "ci_high", "n"}``.
+
+    >>> success_entry({"success": {"mean": 0.5, "ci_low": 0.25, "ci_high": 0.75, "n": 8}})
+    {'success': 0.5, 'ci_low': 0.25, 'ci_high': 0.75, 'n': 8}
+    """
+    s = summary["success"]
+    return {"success": s["mean"], "ci_low": s["ci_low"], "ci_high": s["ci_high"], "n": s["n"]}
+
+
 def summarize(episodes: list[Episode], **ci) -> dict:
     """Headline numbers, each with a bootstrap CI, plus behaviour and the failure breakdown.
 

@@ -79,8 +79,8 @@ def _stage(title: str, i: int, n: int = 8) -> None:
 
 
 def run_quickstart(cfg: QuickstartConfig = QuickstartConfig(), overwrite: bool = False) -> dict:
-    from agentlab.cli import evaluate, load_split, print_summary, synth
     from agentlab.evals import paired_bootstrap_ci
+    from agentlab.pipeline import evaluate, load_split, print_summary, synth
     from agentlab.plots import plot_report
     from agentlab.train import run_grpo, run_sft
 
@@ -157,8 +157,8 @@ def run_quickstart(cfg: QuickstartConfig = QuickstartConfig(), overwrite: bool =
 
 
 def _report(cfg, base, sft, grpo, sft_matched, run, timings, paired_bootstrap_ci) -> dict:
-    from agentlab.compare import _entry as entry
     from agentlab.evals import read_rollouts
+    from agentlab.evals import success_entry as entry
 
     def episodes(label):
         return read_rollouts(run.path / label / "eval" / "rollouts.jsonl")[0]

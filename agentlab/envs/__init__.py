@@ -83,9 +83,11 @@ def _import_ref(ref: str):
 def _as_spec(obj, where: str) -> EnvSpec:
     if isinstance(obj, EnvSpec):
         return obj
-    from agentlab.trl_env import is_trl_style
+    import inspect
 
-    if is_trl_style(obj):
+    from agentlab.types import ToolEnv
+
+    if inspect.isclass(obj) and callable(getattr(obj, "reset", None)) and not issubclass(obj, ToolEnv):  # TRL-style
         raise ValueError(f"{where} is a TRL-style class: give its task rows too (--tasks rows.jsonl, each row the "
                          f"keyword arguments of reset; or agentlab.trl_env.spec_from_class(cls, rows))")
     raise ValueError(f"{where} is a {type(obj).__name__}, not an EnvSpec; build one with agentlab.types.EnvSpec "
