@@ -72,22 +72,30 @@ def plot_training(metrics: list[dict], evals: list[dict], axes=None, refs: dict 
     ax.set_ylim(-0.05, 1.15)
     ax.set_title("training")
     ax.legend(fontsize=8, loc="lower right")
-    ax = axes[1]
+    checkpoint_curve(axes[1], evals, refs, ylabel="held-out success", title="held-out success per checkpoint")
+    fig.tight_layout()
+    return fig
+
+
+def checkpoint_curve(ax, evals: list[dict], refs: dict | None = None, ylabel: str = "validation success",
+                     title: str = "", chosen: int | None = None, color=None) -> None:
+    """Checkpoint evaluations (``evals/step-N.json``) against the GRPO step, with their 95% CI band; ``refs`` as
+    dashed horizontal lines, ``chosen`` as a dotted vertical one."""
     if evals:
         es = [e["step"] for e in evals]
-        mean = [e["success"]["mean"] for e in evals]
         ax.fill_between(es, [e["success"]["ci_low"] for e in evals], [e["success"]["ci_high"] for e in evals],
-                        alpha=0.25, label="95% CI")
-        ax.plot(es, mean, "o-", label=f"checkpoint eval (n={evals[0]['success']['n']})")
+                        alpha=0.25, label="95% CI", color=color)
+        ax.plot(es, [e["success"]["mean"] for e in evals], "o-", color=color,
+                label=f"checkpoint eval (n={evals[0]['success']['n']})")
+    if chosen is not None:
+        ax.axvline(chosen, ls=":", color=color, label=f"chosen: step {chosen}")
     for i, (name, value) in enumerate((refs or {}).items()):
         ax.axhline(value, ls="--", color=f"C{i + 2}", label=name)
     ax.set_xlabel("GRPO step")
-    ax.set_ylabel("held-out success")
+    ax.set_ylabel(ylabel)
     ax.set_ylim(-0.05, 1.05)
-    ax.set_title("held-out success per checkpoint")
+    ax.set_title(title)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
 
 
 def plot_report(report: dict, metrics: list[dict], evals: list[dict], path: str | Path):
@@ -235,21 +243,11 @@ def plot_comparison(result: dict, grpo_evals: list[dict], path: str | Path | Non
         b.set_xlabel("paired difference in test success (95% CI)")
         b.set_title("does GRPO beat each baseline?")
     if grpo_evals:
-        steps = [e["step"] for e in grpo_evals]
-        c.fill_between(steps, [e["success"]["ci_low"] for e in grpo_evals],
-                       [e["success"]["ci_high"] for e in grpo_evals], alpha=0.25, color="#55A868")
-        c.plot(steps, [e["success"]["mean"] for e in grpo_evals], "o-", color="#55A868", label="GRPO checkpoints")
-        chosen = result.get("choices", {}).get("grpo", {}).get("step")
-        if chosen is not None:
-            c.axvline(chosen, ls=":", color="#55A868", label=f"chosen: step {chosen}")
-        sft = result.get("choices", {}).get("sft_best", {}).get("validation")
-        if sft:
-            c.axhline(sft["success"], ls="--", color="#4C72B0", label="sft_best")
-        c.set_xlabel("GRPO step")
-        c.set_ylabel("validation success")
-        c.set_ylim(-0.05, 1.05)
-        c.set_title("GRPO on validation (chooses the checkpoint)")
-        c.legend(fontsize=8)
+        choices = result.get("choices", {})
+        sft = choices.get("sft_best", {}).get("validation")
+        checkpoint_curve(c, grpo_evals, {"sft_best": sft["success"]} if sft else None,
+                         title="GRPO on validation (chooses the checkpoint)", chosen=choices.get("grpo", {}).get("step"),
+                         color="#55A868")
     fig.tight_layout()
     if path:
         fig.savefig(path, dpi=110)
