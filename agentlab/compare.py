@@ -302,7 +302,7 @@ class Comparison:
     def rft(self, start: dict, budget_s: float, train: list[Task]) -> dict:
         """Rejection sampling for half of GRPO's seconds, then SFT on verified successes (one per task) plus the
         demonstrations for the other half, from ``sft_best``."""
-        from agentlab.evals import read_rollouts
+        from agentlab.evals import read_rollouts, repair_rollouts
         from agentlab.models import load_policy
         from agentlab.rollout import run_episodes
         from agentlab.train import run_sft
@@ -320,6 +320,7 @@ class Comparison:
                 loop = replace(self.cfg.eval_loop(), temperature=self.cfg.temperature,
                                batch_size=self.cfg.groups_per_step * self.cfg.group_size)
                 chunk = self.cfg.groups_per_step
+                repair_rollouts(samples_file)  # a kill mid-write left a torn line: cut it before appending
                 with open(samples_file, "a") as fh:
                     while spent < budget_s / 2 and todo:
                         t0 = time.time()
