@@ -89,8 +89,6 @@ def _cmd_sft(a) -> int:
     if not demos_file.exists():
         raise SystemExit(f"{demos_file} does not exist; run `agentlab synth --env {a.env}` first")
     demos = [json.loads(line) for line in demos_file.read_text().splitlines()][: a.demos]
-    from agentlab.envs import load
-
     system = load(a.env).env_class.system_prompt
     foreign = [d.get("task_id", "?") for d in demos if d["messages"][0].get("content") != system]
     if foreign:
@@ -213,22 +211,7 @@ def _cmd_envs(a) -> int:
 def _cmd_compare(a) -> int:
     from agentlab.compare import ARMS, CompareConfig, run_compare
 
-    fields = {f.name: f for f in dataclasses.fields(CompareConfig)}
-    given = {}
-    for name, f in fields.items():
-        raw = getattr(a, name, None)
-        if raw is None:
-            continue
-        if isinstance(f.default, tuple):  # comma-separated values
-            kind = type(f.default[0])
-            try:
-                given[name] = tuple(kind(v) for v in raw.split(",") if v.strip())
-            except ValueError:
-                raise ValueError(f"--{name.replace('_', '-')} {raw!r}: expected comma-separated {kind.__name__} "
-                                 f"values") from None
-        else:
-            given[name] = raw
-    cfg = CompareConfig.smoke(**given) if a.smoke else CompareConfig(**given)
+    cfg = CompareConfig.from_text(vars(a), smoke=a.smoke)
     arms = tuple(x for x in a.arms.split(",") if x) if a.arms else ARMS
     run_compare(cfg, arms=arms, overwrite=a.overwrite)
     return 0

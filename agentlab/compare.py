@@ -94,6 +94,30 @@ class CompareConfig:
                       "grpo_steps": 2, "groups_per_step": 1, "group_size": 2, "eval_every": 1,
                       "max_turns": 2, "max_new_tokens": 8, "sft_all_demos": 8, **overrides})
 
+    @classmethod
+    def from_text(cls, given: dict[str, str | None], smoke: bool = False) -> CompareConfig:
+        """A config from command-line text (``None``: the default); tuple fields are comma-separated values.
+
+        >>> CompareConfig.from_text({"sft_lrs": "1e-3,2e-3", "seed": "1", "env": None}).sft_lrs
+        (0.001, 0.002)
+        """
+        from dataclasses import fields
+
+        values = {}
+        for f in fields(cls):
+            raw = given.get(f.name)
+            if raw is None:
+                continue
+            kind = type(f.default[0]) if isinstance(f.default, tuple) else type(f.default)
+            try:
+                values[f.name] = (tuple(kind(v) for v in str(raw).split(",") if v.strip())
+                                  if isinstance(f.default, tuple) else kind(raw))
+            except ValueError:
+                raise ValueError(f"--{f.name.replace('_', '-')} {raw!r}: expected "
+                                 f"{'comma-separated ' if isinstance(f.default, tuple) else ''}{kind.__name__} "
+                                 f"values") from None
+        return cls.smoke(**values) if smoke else cls(**values)
+
     def experiment(self):
         from agentlab.train import Experiment
 
@@ -187,10 +211,8 @@ class Comparison:
         """Greedy eval of ``adapter`` on ``tasks`` into ``folder`` (skipped when its summary exists)."""
         from agentlab.pipeline import evaluate
 
-        if (folder / "summary.json").exists():
-            return json.loads((folder / "summary.json").read_text())
         return evaluate(self.cfg.model, self.cfg.env, tasks, folder, adapter=str(adapter),
-                        loop=self.cfg.eval_loop(), label=label)
+                        loop=self.cfg.eval_loop(), label=label, reuse=True)
 
     def sft_settings(self, lr: float, steps: int):
         from agentlab.train import SFTSettings
@@ -200,7 +222,7 @@ class Comparison:
     # -- stages -------------------------------------------------------------------------------------------------
 
     def tasks(self) -> dict[str, list[Task]]:
-        from agentlab.synth import build_splits, load_tasks, save_splits
+        from agentlab.synth import build_splits, expert_demos, load_tasks, save_splits
 
         folder = self.run.path / "tasks"
         if not (folder / "demos_all.jsonl").exists():
@@ -208,14 +230,14 @@ class Comparison:
             splits = build_splits(self.spec, {"train": c.train, "validation": c.validation, "test": c.test},
                                   seed=c.seed)
             save_splits(splits, folder)
-            from agentlab.synth import expert_demos
-
             _write_jsonl(folder / "demos.jsonl", regime_demos(self.spec, c.regime, splits["train"]))
             _write_jsonl(folder / "demos_all.jsonl", expert_demos(self.spec, splits["train"][: c.sft_all_demos]))
         return {s: load_tasks(folder / f"{s}.jsonl") for s in ("train", "validation", "test")}
 
     def demos(self, which: str = "demos") -> list[dict]:
-        return _read_jsonl(self.run.path / "tasks" / f"{which}.jsonl")
+        from agentlab.runs import read_jsonl
+
+        return read_jsonl(self.run.path / "tasks" / f"{which}.jsonl")[0]
 
     def sft_search(self, arm: str, demos: list[dict], lrs: tuple[float, ...], val: list[Task]) -> dict:
         """SFT at each learning rate, saved at each step count, every adapter scored on validation; the best one.
@@ -423,9 +445,3 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
     from agentlab.runs import _atomic_write
 
     _atomic_write(path, "".join(json.dumps(r) + "\n" for r in rows))
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    from agentlab.runs import read_jsonl
-
-    return read_jsonl(path)[0]

@@ -65,8 +65,12 @@ def load_split(env: str, split: str, folder: Path | None = None) -> list:
 
 
 def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str | None = None, samples: int = 1,
-             greedy: bool = True, loop=None, label: str = "", seed: int = 0) -> dict:
-    """Run the shared loop on ``tasks`` and write ``rollouts.jsonl``, ``summary.json`` and ``summary.png``."""
+             greedy: bool = True, loop=None, label: str = "", seed: int = 0, reuse: bool = False) -> dict:
+    """Run the shared loop on ``tasks`` and write ``rollouts.jsonl``, ``summary.json`` and ``summary.png``.
+
+    ``reuse``: when ``out_dir`` already holds a ``summary.json``, return it instead (resumable studies)."""
+    if reuse and (Path(out_dir) / "summary.json").exists():
+        return json.loads((Path(out_dir) / "summary.json").read_text())
     from agentlab.envs import load
     from agentlab.evals import summarize
     from agentlab.models import load_policy

@@ -111,10 +111,8 @@ def run_quickstart(cfg: QuickstartConfig = QuickstartConfig(), overwrite: bool =
     validation = load_split(cfg.env, "validation", folder)
 
     def eval_stage(label, adapter=None):
-        out = run.path / label / "eval"
-        if (out / "summary.json").exists():
-            return json.loads((out / "summary.json").read_text())
-        summary = evaluate(cfg.model, cfg.env, test, out, adapter=adapter, loop=cfg.eval_loop(), label=label)
+        summary = evaluate(cfg.model, cfg.env, test, run.path / label / "eval", adapter=adapter,
+                           loop=cfg.eval_loop(), label=label, reuse=True)
         print_summary(summary)
         return summary
 

@@ -63,15 +63,7 @@ def main(argv=None) -> int:
         parser.add_argument("--" + name.replace("_", "-"), default=None,
                             help=f"default {default}" + (" (comma-separated)" if isinstance(default, tuple) else ""))
     args = parser.parse_args(argv)
-    given = {}
-    for name in names:
-        raw = getattr(args, name)
-        if raw is None:
-            continue
-        default = getattr(CompareConfig, name)
-        given[name] = (tuple(type(default[0])(v) for v in raw.split(",")) if isinstance(default, tuple)
-                       else type(default)(raw))
-    base = CompareConfig(**given)
+    base = CompareConfig.from_text({name: getattr(args, name) for name in names})
     root = runs_dir() / "rl-vs-sft"
     seeds = []
     for seed in args.seeds:
