@@ -75,30 +75,3 @@ def async_grpo_kwargs(recipe: str, output_dir: str, max_staleness: int = 2, **ov
                   per_device_train_batch_size=g["per_device_train_batch_size"], bf16=g["bf16"])
     kwargs.update(overrides)
     return kwargs
-
-
-def vllm_generate_fn(trainer, max_new_tokens: int):
-    """Our loop's generate function on TRL's vLLM engine (colocated or server), with the trainer's weights.
-
-    TRL syncs the policy weights into vLLM before each ``rollout_func`` call; we only ask it for one
-    continuation per live episode. ``max_new_tokens`` caps each turn at the source: TRL 1.16's engine reads its
-    ``max_completion_length`` on every call as vLLM's ``max_tokens``, so it is set to the per-turn budget for the
-    call (otherwise vLLM would decode up to the run's whole budget, 8192 tokens in the recipe, before our loop cut
-    the turn) and restored after. A TRL coupling, checked against 1.16; the cut below stays as the safety net.
-    """
-    eos = trainer.processing_class.eos_token_id
-
-    def generate(seqs: list[list[int]]) -> list[list[int]]:
-        engine = trainer.vllm_generation
-        saved, engine.max_completion_length = engine.max_completion_length, max_new_tokens
-        try:
-            _, completions, _, _ = engine.generate(prompts=seqs, images=None, num_generations=1)
-        finally:
-            engine.max_completion_length = saved
-        out = []
-        for ids in completions:
-            ids = list(ids)[:max_new_tokens]
-            out.append(ids[: ids.index(eos) + 1] if eos in ids else ids)
-        return out
-
-    return generate

@@ -119,7 +119,7 @@ def plot_report(report: dict, metrics: list[dict], evals: list[dict], path: str 
 def plot_rewards(episodes: list, advantages: list[float], groups: int = 8, title: str = "", fig=None):
     """Rescored rollouts: reward distribution (successes vs failures) and each group's GRPO advantages.
 
-    Used by notebook 05's sliders: pass the output of ``agentlab.rewards.rescore``. Bars are the advantages of the
+    Used by notebook 05's sliders: pass the output of ``agentlab.reward_design.rescore``. Bars are the advantages of the
     first ``groups`` groups, one bar per rollout, green when the rollout succeeded; a group with no bars above
     the axis taught nothing.
     """

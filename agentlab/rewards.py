@@ -1,13 +1,14 @@
-"""Rewards: small weighted terms, their composition, GRPO group advantages, and reward-hacking probes.
+"""Rewards: small weighted terms and their composition into a reward that training can record and reproduce.
 
 A reward is a plain function ``reward_fn(ep) -> (total, terms)`` built from terms you can read and edit in a
 notebook cell. Rewards are pure functions of a saved :class:`~agentlab.types.Episode`, so a changed reward is
 tried on old rollouts without re-running anything::
 
-    from agentlab.rewards import compose, probe_report, rescore
+    from agentlab.rewards import compose
     reward_fn = compose(success=1.0, format=0.1)              # what lookup trains on
-    episodes, advantages = rescore(old_episodes, reward_fn)    # new rewards + GRPO advantages
-    probe_report(reward_fn, "lookup")["flagged"]               # [] unless a degenerate trajectory pays
+
+Trying a reward on saved rollouts (GRPO advantages, rescoring) and against degenerate trajectories (reward-hacking
+probes) lives in :mod:`agentlab.reward_design`; an LLM judge as a term in :mod:`agentlab.judge`.
 
 Weights are what one unit of a term adds to the total, so penalties carry negative weights (``empty=-0.2`` adds
 −0.2 to an episode that submitted nothing). The doc_search reward follows the Harness-1 write-up: F-beta with
@@ -19,17 +20,13 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
-import urllib.error
-import urllib.request
-from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from agentlab.types import Episode, InfraError, Outcome, Task, ToolCall, Turn, call_tool, run_policy
+from agentlab.types import Episode, Outcome, Task
 
 RewardFn = Callable[[Episode], tuple[float, dict[str, float]]]
 _EX = Task(id="ex", env="lookup", question="Where does Ada Vell live?", answer={"value": "Oslo"})  # doctests
@@ -177,62 +174,6 @@ def format_bonus(ep: Episode, value: float = 0.1) -> float:
     return value if ep.outcome.finished and off_form_calls(ep) == 0 else 0.0
 
 
-# -- optional LLM judge (off by default) -----------------------------------------------------------------------
-
-JUDGE_PROMPT = (
-    "You grade an assistant's final answer against a reference.\n"
-    "Question: {question}\nReference answer: {reference}\nSubmitted answer: {answer}\n"
-    "Reply with one number between 0 (wrong) and 1 (fully correct), and nothing else."
-)
-
-
-@dataclass(frozen=True)
-class Judge:
-    """Any OpenAI-compatible chat endpoint (vLLM, llama.cpp server, a hosted API) that grades an answer 0..1.
-
-    The API key is read, at call time, from the environment variable *named* by ``api_key_env`` — the key itself
-    is never an attribute, so it cannot reach a config, a log or a run folder. ``api_key_env=""`` sends no key
-    (local servers). An unreachable judge raises :class:`InfraError`: its outage is not the policy's fault.
-    """
-
-    base_url: str = "http://localhost:8000/v1"
-    model: str = "judge"
-    api_key_env: str = "OPENAI_API_KEY"
-    timeout_s: float = 30.0
-    prompt: str = JUDGE_PROMPT
-
-    def score(self, question: str, reference: str, answer: str) -> float:
-        headers = {"Content-Type": "application/json"}
-        if self.api_key_env:
-            key = os.environ.get(self.api_key_env)
-            if not key:
-                raise ValueError(f"the judge's API key variable {self.api_key_env!r} is not set (or set "
-                                 "api_key_env='' for a server that needs none)")
-            headers["Authorization"] = f"Bearer {key}"
-        body = {"model": self.model, "temperature": 0.0, "max_tokens": 8, "messages": [
-            {"role": "user", "content": self.prompt.format(question=question, reference=reference, answer=answer)}]}
-        request = urllib.request.Request(self.base_url.rstrip("/") + "/chat/completions",
-                                         data=json.dumps(body).encode(), headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                text = json.load(response)["choices"][0]["message"]["content"] or ""
-        except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:  # URLError/HTTPError are OSErrors
-            status = f" {exc.code}" if isinstance(exc, urllib.error.HTTPError) else ""
-            raise InfraError(f"judge at {self.base_url} failed: {type(exc).__name__}{status}") from None
-        number = re.search(r"\d+(?:\.\d+)?", text)
-        return min(1.0, max(0.0, float(number.group()))) if number else 0.0
-
-
-def llm_judge(ep: Episode, weight: float = 1.0, judge: Judge | None = None) -> float:
-    """``weight ×`` the judge's 0..1 grade of the submitted answer. Use it through ``compose``::
-
-        compose(success=1.0, judge=functools.partial(llm_judge, weight=0.5, judge=Judge(model="qwen")))
-    """
-    judge = judge or Judge()
-    reference = json.dumps(ep.task.answer, sort_keys=True)[:2000]
-    return weight * judge.score(ep.task.question, reference, "; ".join(map(str, ep.outcome.final))[:2000])
-
-
 # -- composition ---------------------------------------------------------------------------------------------------
 
 # name -> term(ep, weight). "f<beta>" (f1, f2, f4, f0.5 …) is resolved by pattern below.
@@ -296,14 +237,6 @@ class Reward:
 def compose(**weighted_terms: float | Callable[[Episode], float]) -> Reward:
     """``compose(f4=1.0, empty=-0.2)`` is ``Reward({"f4": 1.0, "empty": -0.2})``."""
     return Reward(dict(weighted_terms))
-
-
-def default_reward(env_name: str) -> Reward:
-    """The reward an environment trains on unless a config says otherwise (``EnvSpec.default_reward``, kept in
-    the environment's own file)."""
-    from agentlab.envs import load
-
-    return load(env_name).default_reward
 
 
 def parse_reward(spec: str) -> Reward | Callable[[Episode], tuple[float, dict[str, float]]]:
@@ -416,276 +349,8 @@ def reward_config(reward) -> dict | None:
     raise ValueError(f"reward must be a Reward, a callable of the episode or a spec string; got {type(reward).__name__}")
 
 
-def check_reward(reward_fn, spec, n: int = 2) -> None:
-    """Score scripted expert and random episodes before any training: a reward that raises, or returns NaN or a
-    non-number, fails here with one clear error instead of in the middle of a run."""
-    import math
-
-    for task in spec.make_tasks("validation", n, seed=0):
-        for policy in (p for p in (spec.expert, spec.random_policy) if p is not None):
-            ep = scripted_episode(spec, task, policy)
-            try:
-                total = _total(reward_fn(ep))
-            except InfraError:
-                continue  # a service being down is not a bad reward (the fault path handles it during training)
-            except Exception as exc:  # noqa: BLE001 — any failure of the user's reward: one clear line
-                raise ValueError(f"the reward failed on a scripted {spec.name} episode: {type(exc).__name__}: {exc}"
-                                 ) from None
-            if not math.isfinite(total):
-                raise ValueError(f"the reward returned {total} on a scripted {spec.name} episode; it must be finite")
-
-
 def _total(scored: tuple[float, dict] | float) -> float:
     value = scored[0] if isinstance(scored, tuple) else scored
     if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
         raise TypeError(f"a reward must be a number (or a (total, terms) pair), got {type(value).__name__}")
     return float(value)
-
-
-# -- advantages and rescoring --------------------------------------------------------------------------------------
-
-
-def group_advantages(rewards_G, scale: bool = True, eps: float = 1e-4) -> np.ndarray:
-    """GRPO advantages of one group: ``(r − mean) / (std + eps)`` with Bessel's std, exactly as TRL's
-    ``scale_rewards="group"`` (``scale=False`` is ``"none"``). A one-sample group has no baseline: zeros.
-
-    >>> group_advantages([1.0, 0.0, 0.0, 1.0]).round(3).tolist()
-    [0.866, -0.866, -0.866, 0.866]
-    """
-    r = np.asarray(rewards_G, dtype=float)
-    if r.size < 2:
-        return np.zeros_like(r)
-    centred = r - r.mean()
-    return centred / (r.std(ddof=1) + eps) if scale else centred
-
-
-def episode_advantages(episodes: list[Episode], scale: bool = True) -> list[float]:
-    """Advantages aligned with ``episodes``, groups keyed by ``(step, group)``. Infra-failed episodes get 0 and
-    stay out of their group's mean and std (the environment failed, not the policy)."""
-    groups: dict[tuple, list[int]] = defaultdict(list)
-    for i, ep in enumerate(episodes):
-        if ep.failure != "infra":
-            groups[(ep.step, ep.group)].append(i)
-    advantages = [0.0] * len(episodes)
-    for idx in groups.values():
-        for i, a in zip(idx, group_advantages([episodes[i].reward for i in idx], scale=scale), strict=True):
-            advantages[i] = float(a)
-    return advantages
-
-
-def rescore(episodes: list[Episode], reward_fn: RewardFn, scale: bool = True,
-            reevaluate: bool = False) -> tuple[list[Episode], list[float]]:
-    """New rewards and advantages for saved rollouts; the inputs are not modified.
-
-    ``reevaluate=True`` also recomputes ``metrics`` with the environment's current ``evaluate`` (after a
-    verifier fix). ``reward_fn`` may return ``(total, terms)`` or a bare number.
-    """
-    from agentlab.envs import load
-
-    out = []
-    for ep in episodes:
-        metrics = load(ep.task.env).evaluate(ep.task, ep.outcome) if reevaluate else ep.metrics
-        ep = replace(ep, metrics=metrics)
-        scored = reward_fn(ep)
-        terms = dict(scored[1]) if isinstance(scored, tuple) else {}
-        out.append(replace(ep, reward=_total(scored), reward_terms=terms))
-    return out, episode_advantages(out, scale=scale)
-
-
-# -- TRL adapter -----------------------------------------------------------------------------------------------
-
-# Text that shows an attempted tool call; in an assistant message with no parsed tool_calls it marks off-form.
-TOOL_CALL_MARKERS = ("<tool_call>", "<function=", "<|tool_call", '"arguments":')
-
-
-def turns_from_messages(completion: list[dict] | str) -> list[Turn]:
-    """Turns from a TRL completion (assistant and tool messages, or plain text). TRL turns any tool exception
-    into an ``{'error': …}`` result, so errors here are all marked ``"policy"``."""
-    if isinstance(completion, str):
-        return [Turn(text=completion, off_form=any(m in completion for m in TOOL_CALL_MARKERS))]
-    turns: list[Turn] = []
-    for message in completion:
-        content = message.get("content") or ""
-        content = content if isinstance(content, str) else json.dumps(content)
-        if message.get("role") == "assistant":
-            calls = [{"name": c.get("function", {}).get("name", ""), "arguments": c.get("function", {}).get(
-                "arguments", {}), "result": None, "error": None} for c in message.get("tool_calls") or []]
-            off_form = not calls and any(m in content for m in TOOL_CALL_MARKERS)
-            turns.append(Turn(text=content, tool_calls=calls, off_form=off_form))
-        elif message.get("role") == "tool" and turns:
-            pending = next((c for c in turns[-1].tool_calls if c["result"] is None), None)
-            if pending is not None:
-                pending["result"] = content
-                pending["error"] = "policy" if content.startswith(("Error:", "{'error'")) else None
-    return turns
-
-
-def trl_reward_func(reward_fn: RewardFn, env_name: str) -> Callable[..., list[float | None]]:
-    """A reward function with TRL's custom signature, scoring each rollout from its environment instance.
-
-    TRL (1.16, ``GRPOTrainer._calculate_rewards``) passes ``environments=`` — the instances the rollouts ran in —
-    to every reward function when ``environment_factory`` is set; we read ``env._task`` and ``env.outcome``,
-    evaluate, and apply ``reward_fn``. Rollouts of another environment get ``None`` (TRL ignores them as NaN).
-    Each term's batch mean is logged as ``reward_terms/<name>`` through TRL's ``log_metric``.
-    """
-    from agentlab.envs import load
-
-    spec = load(env_name)
-
-    def reward_func(prompts, completions, environments=None, **kwargs) -> list[float | None]:
-        if environments is None:
-            raise ValueError(f"{env_name}_reward scores from environment state: pass "
-                             "GRPOTrainer(environment_factory=...) so TRL hands it `environments`")
-        totals: list[float | None] = []
-        sums: dict[str, float] = defaultdict(float)
-        for env, completion in zip(environments, completions, strict=True):
-            if getattr(env, "name", None) != env_name or env._task is None:
-                totals.append(None)
-                continue
-            outcome = env.outcome
-            ep = Episode(task=env._task, turns=turns_from_messages(completion), outcome=outcome,
-                         metrics=spec.evaluate(env._task, outcome),
-                         exit_reason="final_answer" if outcome.finished else "no_tool_call")
-            scored = reward_fn(ep)
-            totals.append(_total(scored))
-            for name, value in (scored[1] if isinstance(scored, tuple) else {}).items():
-                sums[name] += value
-        scored_n = sum(t is not None for t in totals)
-        if (log_metric := kwargs.get("log_metric")) and scored_n:
-            for name, value in sums.items():
-                log_metric(f"reward_terms/{name}", value / scored_n)
-        return totals
-
-    reward_func.__name__ = reward_func.__qualname__ = f"{env_name}_reward"
-    return reward_func
-
-
-# -- scripted episodes and reward-hacking probes -----------------------------------------------------------------
-
-
-def episode_from_calls(spec, task: Task, outcome: Outcome, history: list[tuple[ToolCall, str]],
-                       reward_fn: RewardFn | None = None, **fields) -> Episode:
-    """An Episode from a scripted run (``run_policy``'s outcome and history): one turn per call, evaluated and
-    scored (with ``spec.default_reward`` unless ``reward_fn`` is given)."""
-    turns = [Turn(text="", tool_calls=[{"name": c.name, "arguments": c.arguments, "result": r,
-                                        "error": "policy" if r.startswith("Error:") else None}]) for c, r in history]
-    metrics = spec.evaluate(task, outcome)
-    fields.setdefault("exit_reason", "final_answer" if outcome.finished else "max_turns")
-    fields.setdefault("failure", None if metrics.get("success", 0.0) >= 1.0 else "model")
-    ep = Episode(task=task, turns=turns, outcome=outcome, metrics=metrics, **fields)
-    scored = (reward_fn or spec.default_reward)(ep)
-    return replace(ep, reward=_total(scored), reward_terms=dict(scored[1]) if isinstance(scored, tuple) else {})
-
-
-def scripted_episode(spec, task: Task, policy, max_calls: int = 30, **fields) -> Episode:
-    """Play a scripted policy (``spec.expert``, ``spec.random_policy`` …) and return the Episode."""
-    outcome, history = run_policy(spec, task, policy, max_calls=max_calls)
-    return episode_from_calls(spec, task, outcome, history, **fields)
-
-
-def _expert_calls(spec, task: Task) -> tuple[list[ToolCall], list[str]]:
-    """The expert's look-around calls on ``task`` (those that neither change the submitted answer nor end the
-    episode) and its final answer."""
-    env = spec.make_env()
-    env.reset(task=task.to_json())
-    gen, looks, result = spec.expert(task), [], None
-    try:
-        for i in range(30):
-            call = next(gen) if i == 0 else gen.send(result)
-            before = list(env.outcome.final)
-            result = call_tool(env, call)
-            if call.name != spec.env_class.final_tool and env.outcome.final == before:
-                looks.append(call)
-            if env.done:
-                break
-    except StopIteration:
-        pass
-    return looks, list(env.outcome.final)
-
-
-def _probe_episode(spec, task: Task, name: str, calls: list[ToolCall], final: list[str] | None) -> Episode:
-    """Replay ``calls`` on a fresh environment, then (unless ``final`` is None) submit ``final`` directly —
-    probes need no knowledge of each environment's commit tools, only of its Outcome."""
-    env = spec.make_env()
-    env.reset(task=task.to_json())
-    history = [(call, call_tool(env, call)) for call in calls]
-    if final is not None:
-        env.outcome.final, env.outcome.finished = list(final), True
-        env.outcome.tool_calls += 1
-        history.append((ToolCall(spec.env_class.final_tool, {"probe": final}), "(probe: answer set directly)"))
-    return episode_from_calls(spec, task, env.outcome, history, model_id=f"probe:{name}")
-
-
-# How many items each environment's final answer may hold (its tools refuse more), so a probe never submits an
-# answer the real tools would reject. 1 = a single-valued answer, where "curate everything" does not apply.
-def probes(env_name: str, donors: list[Task] | None = None, spam_calls: int = 25) -> dict[str, Callable]:
-    """Canned degenerate trajectories for ``env_name``: ``{name: build(task) -> Episode}``.
-
-    * ``no_answer`` — looks around, never submits; ``empty_answer`` — submits nothing;
-    * ``tool_spam`` — repeats one search ``spam_calls`` times, never submits;
-    * ``format_only`` — well-formed calls, but submits another task's (expert) answer;
-    * ``copy_question`` — submits the question text;
-    * ``curate_everything_seen`` — submits every id it saw, up to ``EnvSpec.answer_cap`` (set-valued answers only).
-    """
-    from agentlab.envs import load
-
-    spec = load(env_name)
-    cap = spec.answer_cap
-    donor_answers: dict[str, list[str]] = {}
-
-    def wrong_answer(task: Task) -> list[str]:
-        for donor in donors or spec.make_tasks("train", 8, seed=97):
-            if donor.id == task.id:
-                continue
-            if donor.id not in donor_answers:
-                donor_answers[donor.id] = _expert_calls(spec, donor)[1]
-            answer = donor_answers[donor.id]
-            if spec.evaluate(task, Outcome(final=answer, finished=True)).get("success", 0.0) < 1.0:
-                return answer
-        raise ValueError(f"no donor task gives a wrong answer for {task.id}; pass more donors")
-
-    def build(name: str, task: Task) -> Episode:
-        looks, _ = _expert_calls(spec, task)
-        if name == "no_answer":
-            return _probe_episode(spec, task, name, looks, None)
-        if name == "empty_answer":
-            return _probe_episode(spec, task, name, looks, [])
-        if name == "tool_spam":
-            return _probe_episode(spec, task, name, looks[:1] * spam_calls, None)
-        if name == "format_only":
-            return _probe_episode(spec, task, name, looks, wrong_answer(task))
-        if name == "copy_question":
-            return _probe_episode(spec, task, name, looks, [task.question])
-        seen = _probe_episode(spec, task, name, looks, None).outcome.seen
-        return _probe_episode(spec, task, name, looks, list(seen)[:cap])
-
-    names = ["no_answer", "empty_answer", "tool_spam", "format_only", "copy_question"]
-    names += ["curate_everything_seen"] if cap != 1 else []
-    return {name: functools.partial(build, name) for name in names}
-
-
-def probe_report(reward_fn: RewardFn | Callable[[Episode], float], env_name: str,
-                 honest_episodes: list[Episode] | None = None, n_tasks: int = 8) -> dict:
-    """Score every probe on the tasks of the honest successes and flag any probe that earns at least as much as
-    the honest success on the same task. Without ``honest_episodes`` the expert plays ``n_tasks`` train tasks.
-
-    Returns ``{"honest_mean", "probes": {name: {"mean", "max", "share_ge_honest", "flagged"}}, "flagged": […]}``.
-    """
-    from agentlab.envs import load
-
-    spec = load(env_name)
-    if honest_episodes is None:
-        honest_episodes = [scripted_episode(spec, t, spec.expert) for t in spec.make_tasks("train", n_tasks, seed=0)]
-    honest = [ep for ep in honest_episodes if ep.success >= 1.0 and ep.failure != "infra"]
-    if not honest:
-        raise ValueError("probe_report needs at least one honest successful episode (metrics['success'] == 1)")
-    honest_rewards = [_total(reward_fn(ep)) for ep in honest]
-    rows = {}
-    for name, build in probes(env_name).items():
-        rewards = [_total(reward_fn(build(ep.task))) for ep in honest]
-        ge = [r >= h - 1e-9 for r, h in zip(rewards, honest_rewards, strict=True)]
-        rows[name] = {"mean": float(np.mean(rewards)), "max": float(np.max(rewards)),
-                      "share_ge_honest": float(np.mean(ge)), "flagged": any(ge)}
-    return {"honest_mean": float(np.mean(honest_rewards)), "probes": rows,
-            "flagged": [name for name, row in rows.items() if row["flagged"]]}
-

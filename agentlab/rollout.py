@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
+from agentlab.trl_compat import cache_of, parse_response, tool_suffix_ids
 from agentlab.types import EnvSpec, Episode, InfraError, Task, ToolCall, ToolEnv, Turn, call_tool, tool_names
 
 # The declared format of a turn that calls tools: one or more blocks, nothing around them (qwen2.5's template).
@@ -77,24 +78,10 @@ class Renderer:
                                                  tokenize=True, return_dict=False))
 
     def suffix_ids(self, tool_messages: list[dict]) -> list[int]:
-        """Tokens of tool results plus the next assistant header. Same method as TRL's ``_get_tool_suffix_ids``:
-        render a dummy call with and without the results, cut at the last EOS of the shorter one."""
-        dummy = [{"role": "user", "content": "dummy"},
-                 {"role": "assistant", "content": "",
-                  "tool_calls": [{"type": "function", "function": {"name": tool_messages[0]["name"], "arguments": {}}}]}]
-        prefix = self.tok.apply_chat_template(dummy, add_generation_prompt=False, tokenize=True, return_dict=False)
-        full = self.tok.apply_chat_template(dummy + tool_messages, add_generation_prompt=True, tokenize=True,
-                                            return_dict=False)
-        eos = [i for i, t in enumerate(prefix) if t == self.tok.eos_token_id]
-        if eos:
-            prefix = prefix[: eos[-1] + 1]
-        if full[: len(prefix)] != prefix:
-            raise ValueError("chat template is not prefix-preserving; run agentlab.models.preflight")
-        return list(full[len(prefix):])
+        """Tokens of tool results plus the next assistant header (``trl_compat.tool_suffix_ids``)."""
+        return tool_suffix_ids(self.tok, tool_messages)
 
     def parse(self, new_ids: list[int], prefix: list[int]) -> dict:
-        from trl.chat_template_utils import parse_response
-
         return parse_response(self.tok, new_ids, prefix=prefix, tools=self.tools)
 
     def assistant_ids(self, call: ToolCall, task: Task) -> list[int]:
@@ -107,11 +94,6 @@ class Renderer:
         ids = list(after[len(before):])
         end = ids.index(self.tok.eos_token_id) if self.tok.eos_token_id in ids else len(ids) - 1
         return ids[: end + 1]
-
-
-def cache_of(out):
-    """The KV cache of a forward output: ``out.cache`` where the model returns one, else ``past_key_values``."""
-    return out.cache if getattr(out, "cache", None) is not None else out.past_key_values
 
 
 def hf_generate_fn(model, tokenizer, config: LoopConfig, greedy: bool, seed: int,

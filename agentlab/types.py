@@ -197,10 +197,15 @@ class ToolEnv:
         return None
 
     def get_reward(self) -> float:
-        """The environment's default reward of the episode so far (TRL's ``environment_factory`` reads it)."""
-        from agentlab.envs import load  # local import: envs import this module
+        """The environment's default reward of the episode so far (TRL's ``environment_factory`` reads it).
 
-        return load(self.name).score(self._task, self._outcome)
+        The class learns its :class:`EnvSpec` when the spec is built (``EnvSpec.__post_init__``), so no registry
+        lookup (and no import of ``agentlab.envs``) is needed here."""
+        spec = getattr(type(self), "_spec", None)
+        if spec is None:
+            raise RuntimeError(f"{type(self).__name__} has no EnvSpec, so no default reward: build one with "
+                               f"agentlab.types.EnvSpec(env_class={type(self).__name__}, ...)")
+        return spec.score(self._task, self._outcome)
 
     @property
     def done(self) -> bool:
@@ -302,6 +307,9 @@ class EnvSpec:
     valid_rollout: Callable[[Outcome], bool] | None = None  # None: the final-answer tool was called
     answer_cap: int = 1           # most items a final answer may hold (reward-hacking probes submit up to this)
     hint: Callable[[str, Task, ToolCall, str], str] | None = None  # training-time feedback (agentlab.hints)
+
+    def __post_init__(self):
+        self.env_class._spec = self  # ToolEnv.get_reward scores with this spec's reward
 
     def is_valid(self, outcome: Outcome) -> bool:
         """A *valid rollout* as the environment's write-up defines it (training curves plot their share)."""

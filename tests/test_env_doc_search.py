@@ -298,7 +298,7 @@ def test_valid_rollout_and_checkpoint_metrics_as_the_write_up_defines_them(spec,
     """A valid doc_search rollout curated at least one chunk (finishing is not enough), and an evaluation
     summary carries precision, recall, F1, F4 and the curated-set size per checkpoint."""
     from agentlab.evals import summarize
-    from agentlab.rewards import scripted_episode
+    from agentlab.reward_design import scripted_episode
 
     assert not spec.is_valid(Outcome(finished=True)) and spec.is_valid(Outcome(final=["x"]))
     assert load("lookup").is_valid(Outcome(finished=True)) and not load("lookup").is_valid(Outcome(final=["x"]))

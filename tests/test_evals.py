@@ -26,7 +26,7 @@ from agentlab.evals import (
     write_episode,
     zero_variance_share,
 )
-from agentlab.rewards import scripted_episode
+from agentlab.reward_design import scripted_episode
 from agentlab.types import Turn
 
 

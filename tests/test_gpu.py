@@ -8,6 +8,7 @@ import yaml
 
 from agentlab import gpu
 from agentlab.train import Experiment, grpo_kwargs
+from agentlab.trl_compat import vllm_generate_fn
 
 RECIPE = "qwen3-4b-instruct-2507"
 
@@ -86,6 +87,6 @@ def test_vllm_turns_are_capped_at_the_source():
             return None, [[5] * 200 for _ in prompts], None, None
 
     trainer = SimpleNamespace(vllm_generation=Engine(), processing_class=SimpleNamespace(eos_token_id=2))
-    out = gpu.vllm_generate_fn(trainer, max_new_tokens=48)([[1, 2, 3], [4]])
+    out = vllm_generate_fn(trainer, max_new_tokens=48)([[1, 2, 3], [4]])
     assert seen == [48] and trainer.vllm_generation.max_completion_length == 8192
     assert [len(o) for o in out] == [48, 48]

@@ -89,7 +89,7 @@ def test_checkpointed_bf16_training_forward_matches_fp32_from_scratch(tiny, scri
     (fp32: log-probs 1e-5, gradients 1e-5 absolute / 1e-3 relative)."""
     import torch
 
-    from agentlab.train import shared_prefix_logps
+    from agentlab.trl_compat import shared_prefix_logps
 
     model, tok = _lora_model(tiny)
     model.train()
@@ -138,7 +138,7 @@ def test_shared_prefix_survives_transformers_gradient_checkpointing(tiny, script
     model's own checkpointing setting must be back afterwards."""
     import torch
 
-    from agentlab.train import shared_prefix_logps
+    from agentlab.trl_compat import shared_prefix_logps
 
     model, tok = _lora_model(tiny)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

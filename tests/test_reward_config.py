@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from agentlab.envs import load
-from agentlab.rewards import Reward, compose, llm_judge, parse_reward, reward_config
+from agentlab.judge import llm_judge
+from agentlab.rewards import Reward, compose, parse_reward, reward_config
 from agentlab.runs import RunDir, RunExistsError
 from agentlab.train import LOSS_TYPES, Experiment, grpo_config, run_grpo
 
@@ -87,7 +88,7 @@ def test_reward_is_recorded_as_configuration_and_a_changed_reward_refuses_to_res
     assert called["callable"] == f"{brevity.__module__}:brevity" and len(called["sha256"]) == 64
     assert "source" not in called  # importable: the name and hash are enough
     judged = reward_config(compose(success=1.0, judge=functools.partial(llm_judge, weight=0.5)))
-    assert judged["terms"]["judge"]["callable"] == "agentlab.rewards:llm_judge" and "weight=0.5" in judged["terms"][
+    assert judged["terms"]["judge"]["callable"] == "agentlab.judge:llm_judge" and "weight=0.5" in judged["terms"][
         "judge"]["partial"]
     run = RunDir(tmp_path / "r")
     run.prepare(Experiment(reward="success"))
@@ -174,7 +175,7 @@ def judge_server():
 
 
 def test_judge_reward_is_retried_then_infra_never_a_zero_for_the_policy(tiny, judge_server):
-    from agentlab.rewards import Judge
+    from agentlab.judge import Judge
     from agentlab.rollout import LoopConfig, Renderer, run_episodes, scripted_generate_fn
     from agentlab.train import step_metrics, trainer_rewards
 

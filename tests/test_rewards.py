@@ -12,24 +12,18 @@ import urllib.request
 import numpy as np
 import pytest
 
-from agentlab import rewards
-from agentlab.envs import load
-from agentlab.rewards import (
-    Judge,
-    compose,
-    default_reward,
+from agentlab import reward_design, rewards
+from agentlab.envs import default_reward, load
+from agentlab.judge import Judge, llm_judge
+from agentlab.reward_design import (
     episode_advantages,
-    fbeta,
-    format_bonus,
     group_advantages,
-    llm_judge,
-    off_form_penalty,
-    precision_recall,
     probe_report,
     rescore,
     scripted_episode,
-    trl_reward_func,
 )
+from agentlab.rewards import compose, fbeta, format_bonus, off_form_penalty, precision_recall
+from agentlab.trl_compat import trl_reward_func, turns_from_messages
 from agentlab.types import Episode, InfraError, Outcome, Task, ToolCall, Turn, call_tool, run_policy
 
 
@@ -238,7 +232,7 @@ def test_a_bad_reward_gets_flagged(lookup, tasks):
 
 
 def test_probes_are_degenerate_trajectories(lookup, tasks):
-    built = {name: build(tasks[0]) for name, build in rewards.probes("lookup").items()}
+    built = {name: build(tasks[0]) for name, build in reward_design.probes("lookup").items()}
     assert all(ep.success == 0.0 and ep.failure == "model" for ep in built.values())
     assert not built["no_answer"].outcome.finished and built["empty_answer"].outcome.final == []
     assert built["tool_spam"].outcome.tool_calls >= 20
@@ -265,7 +259,7 @@ def test_default_reward_resists_probes_on_other_envs(env_name):
 
 
 def test_turns_from_messages_marks_off_form():
-    turns = rewards.turns_from_messages([
+    turns = turns_from_messages([
         {"role": "assistant", "content": "<tool_call>{broken"},
         {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
             "name": "answer", "arguments": {"value": "Oslo"}}}]},
@@ -273,7 +267,7 @@ def test_turns_from_messages_marks_off_form():
     ])
     assert [t.off_form for t in turns] == [True, False]
     assert turns[1].tool_calls[0]["error"] == "policy"
-    assert rewards.turns_from_messages("plain text answer")[0].off_form is False
+    assert turns_from_messages("plain text answer")[0].off_form is False
     assert isinstance(ToolCall("a", {}).as_message(), dict)  # the shape _completion mimics
     assert np.isfinite(rewards.fbeta_score(_doc_episode(["c1"])))
 
@@ -291,3 +285,14 @@ def test_format_bonus_becomes_a_full_advantage_in_groups_without_success(lookup,
     success_only = group_advantages([default_reward("lookup")(e)[0] for e in group])
     assert with_bonus[0] > 0.4 and with_bonus[3] < -1.0
     assert list(success_only) == [0.0, 0.0, 0.0, 0.0]
+
+
+def test_the_local_policy_model_can_judge(lookup, tasks):
+    """Seed 001's judge without a server: a local model grades the answer (tiny model here: any grade in 0..1)."""
+    from agentlab.judge import LocalJudge
+
+    judge = LocalJudge(model="tiny-random", max_new_tokens=4)
+    ep = scripted_episode(lookup, tasks[0], lookup.expert)
+    value = compose(judge=functools.partial(llm_judge, weight=1.0, judge=judge))(ep)[0]
+    assert 0.0 <= value <= 1.0
+    assert "tiny-random" in repr(judge) and value == llm_judge(ep, 1.0, judge)  # greedy: the same grade again

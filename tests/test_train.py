@@ -193,7 +193,7 @@ def test_shared_prefix_forward_matches_trl_logps_and_gradients(tiny, tmp_path, s
         (logps * mask[:, -C:]).sum().backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
         results[shared] = (logps.detach(), entropy.detach(), grads)
-    from agentlab.train import shared_prefix_logps
+    from agentlab.trl_compat import shared_prefix_logps
 
     assert shared_prefix_logps(model, ids, mask, C) is not None  # the shared path really ran
     keep = mask[:, -C:].bool()

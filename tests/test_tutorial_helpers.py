@@ -121,7 +121,7 @@ def _wrong(task):
 
 
 def test_grounded_verifier_accepts_only_values_seen_in_tool_results():
-    from agentlab.rewards import scripted_episode
+    from agentlab.reward_design import scripted_episode
     from agentlab.scaffolds import grounded
 
     task = SPEC.make_tasks("test", 1, seed=0)[0]
@@ -177,7 +177,7 @@ def test_sequential_refinement_retries_rejected_attempts_with_feedback(tiny):
 
 def test_episode_html_marks_trained_and_masked_tokens(tiny):
     from agentlab.explore import episode_html, groups_of
-    from agentlab.rewards import episode_advantages
+    from agentlab.reward_design import episode_advantages
 
     _, tok = tiny
     tasks = SPEC.make_tasks("test", 1, seed=0)
@@ -194,7 +194,7 @@ def test_episode_html_marks_trained_and_masked_tokens(tiny):
 
 def test_noisy_expert_is_reproducible_and_spans_the_reward_range():
     from agentlab.envs.doc_search import noisy_expert
-    from agentlab.rewards import scripted_episode
+    from agentlab.reward_design import scripted_episode
 
     spec = load("doc_search")
     tasks = spec.make_tasks("train", 10, seed=0)

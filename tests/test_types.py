@@ -66,7 +66,7 @@ def test_outcome_is_read_only_and_episodes_round_trip():
     with pytest.raises(AttributeError):
         env.outcome = None
     spec = load("lookup")
-    from agentlab.rewards import scripted_episode
+    from agentlab.reward_design import scripted_episode
 
     ep = scripted_episode(spec, spec.make_tasks("test", 1, seed=0)[0], spec.expert)
     import json

@@ -46,6 +46,16 @@ def register(spec: EnvSpec) -> EnvSpec:
     return spec
 
 
+def default_reward(ref: str):
+    """The reward an environment trains on unless a config says otherwise (its ``EnvSpec.default_reward``, kept in
+    the environment's own file).
+
+    >>> default_reward("lookup").terms
+    {'success': 1.0}
+    """
+    return load(ref).default_reward
+
+
 def _entry_points() -> dict:
     from importlib.metadata import entry_points
 

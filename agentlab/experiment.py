@@ -1,0 +1,188 @@
+"""What a GRPO run is: :class:`Experiment` (saved as the run's ``config.json``) and its mapping onto TRL's
+``GRPOConfig``, plus the LoRA, device and thread settings SFT and GRPO share.
+
+    >>> Experiment(env="lookup", steps=4).loop().batch_size
+    8
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentlab.rollout import LoopConfig
+
+# TRL 1.16's GRPOConfig.loss_type and scale_rewards values (TRL implements every variant; we pass the name through).
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+SCALE_REWARDS = ("group", "batch", "none")
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One GRPO experiment; CPU defaults. Saved as ``config.json`` in the run folder."""
+
+    name: str = "grpo"
+    model: str = "smollm2-135m"
+    env: str = "lookup"
+    lr: float = 2e-4
+    groups_per_step: int = 2      # prompts per optimiser step
+    group_size: int = 4           # rollouts per prompt (GRPO's G)
+    max_turns: int = 3
+    max_new_tokens: int = 64      # per turn
+    max_context: int = 1024
+    beta: float = 0.0             # KL to the reference; 0 skips the reference forward entirely
+    temperature: float = 0.7
+    steps: int = 10
+    eval_every: int = 5           # checkpoint + held-out eval every K steps
+    eval_tasks: int = 48
+    lora_r: int = 16
+    seed: int = 0
+    report_to: tuple[str, ...] = ()
+    hint_p: float = 0.0           # share of groups trained with enriched feedback (agentlab.hints); 0: none
+    hint_switch: float = 0.5      # fraction of training with procedural guidance before enriched observations
+    precision: str = "auto"       # "auto": bf16 on GPUs and CPUs with bf16 hardware, else fp32 (agentlab.precision)
+    micro_batch: int = 0          # rollouts per forward/backward pass (gradients accumulate over a step); 0: all
+    reward: object = None         # None: the environment's default; a Reward, a callable of the episode, or a spec
+    loss_type: str = "dapo"       # TRL's GRPO loss variants (LOSS_TYPES); "dapo" is TRL's default
+    scale_rewards: str = "group"  # divide advantages by the group's std ("group"), the batch's, or not ("none")
+    max_nonfinite: int = 3        # updates with non-finite gradients are skipped; this many in a row stop the run
+
+    def __post_init__(self):
+        from agentlab.envs import load
+
+        errors = []
+        try:
+            load(self.env)
+        except ValueError as exc:
+            errors.append(f"env={self.env!r}: {exc}")
+        if not self.lr > 0:
+            errors.append(f"lr={self.lr} must be > 0")
+        if self.group_size < 2:
+            errors.append(f"group_size={self.group_size} must be >= 2 (GRPO compares rollouts within a group)")
+        for name in ("groups_per_step", "max_turns", "max_new_tokens", "steps", "eval_every", "lora_r", "max_nonfinite"):
+            if getattr(self, name) < 1:
+                errors.append(f"{name}={getattr(self, name)} must be >= 1")
+        if self.micro_batch < 0:
+            errors.append(f"micro_batch={self.micro_batch} must be >= 0 (0: the whole step in one pass)")
+        if not (0 <= self.hint_p <= 1 and 0 <= self.hint_switch <= 1):
+            errors.append(f"hint_p={self.hint_p} and hint_switch={self.hint_switch} must lie in [0, 1]")
+        from agentlab.precision import PRECISIONS
+
+        if self.precision not in PRECISIONS:
+            errors.append(f"precision={self.precision!r} unknown; expected one of {PRECISIONS}")
+        if self.beta < 0 or self.temperature <= 0:
+            errors.append(f"beta={self.beta} must be >= 0 and temperature={self.temperature} > 0")
+        bad = set(self.report_to) - {"wandb", "trackio"}
+        if bad:
+            errors.append(f"report_to={sorted(bad)} unknown; expected wandb and/or trackio")
+        if self.loss_type not in LOSS_TYPES:
+            errors.append(f"loss_type={self.loss_type!r} unknown; expected one of {LOSS_TYPES}")
+        if self.scale_rewards not in SCALE_REWARDS:
+            errors.append(f"scale_rewards={self.scale_rewards!r} unknown; expected one of {SCALE_REWARDS}")
+        try:
+            self.reward_object()
+        except ValueError as exc:
+            errors.append(str(exc))
+        if errors:
+            raise ValueError("bad experiment config: " + "; ".join(errors))
+
+    def reward_object(self):
+        """The configured reward (a spec string parsed), or None for the environment's default."""
+        from agentlab.rewards import parse_reward
+
+        return parse_reward(self.reward) if isinstance(self.reward, str) else self.reward
+
+    def reward_fn(self):
+        """``reward_fn(ep) -> (total, terms)`` that training and checkpoint evals score with."""
+        from agentlab.envs import load
+        from agentlab.rewards import as_reward_fn
+
+        reward = self.reward_object()
+        return as_reward_fn(reward) if reward is not None else load(self.env).default_reward
+
+    def to_config(self) -> dict:
+        """JSON-safe ``config.json`` content; the reward as ``agentlab.rewards.reward_config`` records it."""
+        from dataclasses import fields
+
+        from agentlab.rewards import reward_config
+
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["report_to"] = list(self.report_to)
+        out["reward"] = reward_config(self.reward_object())
+        if isinstance(self.reward, str):
+            out["reward"] = {"spec": self.reward, **out["reward"]}
+        return out
+
+    def loop(self) -> LoopConfig:
+        return LoopConfig(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
+                          max_context=self.max_context, temperature=self.temperature,
+                          batch_size=self.groups_per_step * self.group_size, precision=self.precision)
+
+
+def lora_config(r: int):
+    from peft import LoraConfig
+
+    return LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
+
+
+def _threads() -> None:
+    import os
+
+    import torch
+
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _bf16(precision: str) -> bool:
+    """bf16 mixed precision (autocast, fp32 master weights) for the Trainer: GPUs, and CPUs with bf16 hardware."""
+    from agentlab.precision import resolve
+
+    return resolve(precision) == "bf16"
+
+
+def grpo_config(exp: Experiment, output_dir: Path, **overrides):
+    """The GRPOConfig our experiment maps to (also used by the GPU recipe with vLLM/bf16 overrides)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(**grpo_kwargs(exp, output_dir, **overrides))
+
+
+def grpo_kwargs(exp: Experiment, output_dir: Path, **overrides) -> dict:
+    """GRPOConfig keyword arguments (a dict, so CPU tests can check the GPU values without CUDA)."""
+    batch = exp.groups_per_step * exp.group_size
+    micro = micro_batch_size(batch, exp.micro_batch)
+    kwargs = dict(
+        output_dir=str(output_dir), max_steps=exp.steps, learning_rate=exp.lr, lr_scheduler_type="constant",
+        # One generation of the whole step's rollouts, then forward/backward in `micro`-row passes whose gradients
+        # accumulate into one optimiser step (TRL splits the generation batch; the loss is normalised over it).
+        warmup_steps=0, per_device_train_batch_size=micro, gradient_accumulation_steps=batch // micro,
+        steps_per_generation=batch // micro,
+        num_generations=exp.group_size, beta=exp.beta, temperature=exp.temperature, loss_type=exp.loss_type,
+        scale_rewards=exp.scale_rewards,
+        max_completion_length=exp.max_context, logging_steps=1, save_strategy="steps", save_steps=exp.eval_every,
+        report_to=list(exp.report_to), seed=exp.seed, use_cpu=not _cuda(), bf16=_bf16(exp.precision),
+        # Transformers' checkpointing would drop the shared prefix's cache; shared_prefix_logps checkpoints the
+        # remainder's layers itself (over a read-only cache). The GPU recipe turns this on; that path is handled.
+        gradient_checkpointing=False, dataloader_num_workers=0, shuffle_dataset=True, disable_tqdm=False,
+        log_completions=False, save_only_model=False,
+    )
+    kwargs.update(overrides)
+    return kwargs
+
+
+def micro_batch_size(batch: int, limit: int) -> int:
+    """Rows per forward/backward pass: the largest divisor of ``batch`` that is at most ``limit`` (0: ``batch``).
+
+    >>> micro_batch_size(8, 4), micro_batch_size(12, 8), micro_batch_size(8, 0)
+    (4, 6, 8)
+    """
+    if limit <= 0 or limit >= batch:
+        return batch
+    return max(d for d in range(1, limit + 1) if batch % d == 0)

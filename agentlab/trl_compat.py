@@ -1,0 +1,399 @@
+"""Every coupling of agentlab to TRL's or transformers' internals, behind one door.
+
+TRL does the training; a few things it lacks are added here by reaching into code that is not its public API.
+Each coupling below was checked against the versions in :data:`CHECKED` (those ``pyproject.toml`` pins); at
+import, the installed versions are compared with them. On a different minor version :data:`COMPATIBLE` is
+``False``, one warning says so, and the couplings that have one fall back to TRL's own code path (slower or
+less frugal, still correct) instead of breaking:
+
+==============================  ===============================================  =================================
+coupling                        internals it relies on                           fallback
+==============================  ===============================================  =================================
+``shared_prefix_logps``         ``GRPOTrainer._get_per_token_logps_and_entropies``  TRL's own forward, row by row
+                                (overridden); ``fused_lm_head=True`` outputs'
+                                ``log_probs``/``entropy``; ``Cache.layers[i]``
+``_lm_head_chunk``              ``trl.trainer.utils._CHUNKED_LOGPROB_CHUNK_SIZE``  (only used by the above)
+``_read_only``                  a cache instance's ``update`` replaced            (only used by the above)
+``_checkpointed_layers``        ``GradientCheckpointingLayer`` attributes          (only used by the above)
+                                ``gradient_checkpointing``,
+                                ``_can_checkpoint_with_cache``,
+                                ``_gradient_checkpointing_func``
+``agent_trainer_class`` timing  ``GRPOTrainer._prepare_inputs`` (overridden)      no generation-time split
+``trainer_rewards`` (train.py)  TRL leaves a ``None`` reward out of its group     none: checked by a test
+                                baseline and gives it no advantage
+``tool_suffix_ids``             the method of TRL's ``_get_tool_suffix_ids``,      none: token identity is tested
+                                re-implemented (TRL's is a trainer method)        (``tests/test_rollout.py``)
+``parse_response``              ``trl.chat_template_utils.parse_response``         none
+``vllm_generate_fn``            ``trainer.vllm_generation.generate`` and its       none (GPU only)
+                                ``max_completion_length`` attribute
+``trl_reward_func``             ``environments=``/``log_metric=`` keywords of      none: only for TRL's own
+                                ``GRPOTrainer._calculate_rewards``                 ``environment_factory`` loop
+``cache_of``                    ``out.cache`` or ``out.past_key_values``           none
+==============================  ===============================================  =================================
+
+Each coupling has a test against the pinned versions (``tests/test_train.py``, ``tests/test_precision.py``,
+``tests/test_rollout.py``, ``tests/test_gpu.py``, ``tests/test_trl_envs.py``), and ``tests/test_trl_compat.py``
+forces the fallback and trains one step through TRL's own forward.
+
+    >>> sorted(CHECKED)
+    ['transformers', 'trl']
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from collections import defaultdict
+from collections.abc import Callable
+from contextlib import contextmanager
+from importlib.metadata import version
+
+from agentlab.types import Episode, Turn
+
+CHECKED = {"trl": "1.16.0", "transformers": "5.24.0"}
+
+
+def _minor(v: str) -> tuple[str, ...]:
+    return tuple(v.split(".")[:2])
+
+
+def mismatched() -> dict[str, str]:
+    """Installed versions whose minor release differs from the checked one (``{name: installed}``).
+
+    >>> mismatched()
+    {}
+    """
+    return {name: version(name) for name, checked in CHECKED.items() if _minor(version(name)) != _minor(checked)}
+
+
+# AGENTLAB_TRL_FALLBACK=1 forces TRL's own code paths (tests, or a suspected coupling bug).
+_MISMATCHED = mismatched()
+COMPATIBLE = not _MISMATCHED and os.environ.get("AGENTLAB_TRL_FALLBACK", "") in ("", "0")
+if _MISMATCHED:
+    warnings.warn(f"agentlab's TRL couplings were checked against {CHECKED}, found {_MISMATCHED}: training falls "
+                  f"back to TRL's own forward (slower, more memory; same results)", stacklevel=2)
+
+
+def cache_of(out):
+    """The KV cache of a forward output: ``out.cache`` where the model returns one, else ``past_key_values``."""
+    return out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+
+
+# -- the shared-prefix forward -------------------------------------------------------------------------------------
+
+
+def shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep: int, compute_entropy: bool = False,
+                        min_prefix: int = 16, checkpoint: bool = True):
+    """Per-token log-probs of the last ``logits_to_keep`` tokens, encoding the batch's shared prefix once.
+
+    Why: every rollout of a step starts with the same system prompt and tool schemas (~370 of ~550 tokens on
+    ``lookup``), and TRL's forward encodes it once per row, forward and backward. Here the prefix is encoded
+    once with gradients, its KV cache repeated across the batch (gradients sum back through the repeat), and
+    each row's remainder laid out as ``pads | rest`` with explicit position ids — the same attention each row
+    had alone. ``tests/test_train.py`` checks log-probs and gradients against TRL's own computation.
+    Returns ``(logps_BT, entropy_BT | None)`` or ``None`` when the shared prefix is too short to bother.
+
+    ``checkpoint``: activation checkpointing of the remainder's decoder layers (each layer keeps only its input
+    and is replayed in backward). Transformers' own gradient checkpointing drops the cache, so the prefix could
+    not be shared under it; here the cache is made read-only for the remainder (``_read_only``), which makes a
+    replay see exactly the states of the first pass. Measured on the GRPO step benchmark's step (8 rollouts, ~200
+    tokens each after the prefix, bf16): peak RSS 5.9 GB without, 4.3 GB with; 3.3 GB with ``LM_HEAD_CHUNK`` too.
+    """
+    import torch
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    if not any(isinstance(m, GradientCheckpointingLayer) for m in model.modules()) and getattr(
+            model, "is_activation_checkpointing", False):
+        return None  # checkpointing we cannot steer would drop the prefix cache: TRL's own forward is the safe one
+    rows = [ids[m.bool()] for ids, m in zip(input_ids, attention_mask, strict=True)]
+    first_real = (attention_mask.cumsum(1) == 0).sum(1)  # left pads per row
+    shortest = min(len(r) for r in rows)
+    # keep at least logits_to_keep + 1 tokens per row outside the prefix (the tokens scored and their context)
+    limit = min(shortest, int((input_ids.size(1) - first_real).min()) - logits_to_keep - 1)
+    prefix_len = 0
+    while prefix_len < limit and all(int(r[prefix_len]) == int(rows[0][prefix_len]) for r in rows):
+        prefix_len += 1
+    if prefix_len < min_prefix:
+        return None
+    batch, width = input_ids.size(0), input_ids.size(1)
+    prefix = rows[0][:prefix_len].unsqueeze(0)
+    # The prefix must fill the cache: transformers' gradient checkpointing (on in the GPU recipe) would drop it and
+    # silently score every remainder without its prefix. One row: its activations are cheap to keep.
+    with _checkpointed_layers(model, False):
+        out = model(input_ids=prefix, use_cache=True, logits_to_keep=1)  # only the cache, not prefix logits
+    cache = cache_of(out)
+    cache.batch_repeat_interleave(batch)
+    _read_only(cache)
+    # remainder of each row: everything after (left pads + prefix), right-aligned so the scored tail lines up
+    rest_width = width - int(first_real.min()) - prefix_len
+    rest_ids = torch.full((batch, rest_width), 0, dtype=input_ids.dtype)
+    rest_mask = torch.zeros((batch, rest_width), dtype=attention_mask.dtype)
+    for b in range(batch):
+        start = int(first_real[b]) + prefix_len
+        n = width - start
+        rest_ids[b, rest_width - n:] = input_ids[b, start:]
+        rest_mask[b, rest_width - n:] = attention_mask[b, start:]
+    positions = (prefix_len + rest_mask.cumsum(1) - 1).clamp(min=0)
+    labels = rest_ids.masked_fill(rest_mask == 0, -100)
+    labels[:, :-logits_to_keep] = -100
+    full_mask = torch.cat([torch.ones((batch, prefix_len), dtype=rest_mask.dtype), rest_mask], dim=1)
+    with _checkpointed_layers(model, checkpoint), _lm_head_chunk(LM_HEAD_CHUNK):
+        outputs = model(input_ids=rest_ids, attention_mask=full_mask, position_ids=positions, cache=cache,
+                        labels=labels, fused_lm_head=True, use_cache=False)
+    logps = outputs.log_probs[:, -logits_to_keep:]
+    entropy = outputs.entropy[:, -logits_to_keep:] if compute_entropy else None
+    return logps, entropy
+
+
+# Vocabulary columns per tile of TRL's fused LM head. TRL's 32768 makes each CPU tile (positions x 32768, fp32)
+# ~200 MB for an 8-rollout step, and its CPU fallback makes several temporaries of that size; 8192 cut the peak of a
+# forward+backward from 3.6 to 2.4 GB at the same speed (measured on the GRPO step benchmark's batch).
+LM_HEAD_CHUNK = 8192
+
+
+@contextmanager
+def _lm_head_chunk(size: int):
+    """Set TRL's fused-LM-head tile width within the block (read when the forward runs; backward reuses it)."""
+    import trl.trainer.utils as trl_utils
+
+    saved, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE, size
+    try:
+        yield
+    finally:
+        trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = saved
+
+
+def _read_only(cache) -> None:
+    """Make ``cache`` return (cached + new) keys and values without storing the new ones, so a decoder layer can
+    run twice (activation checkpointing replays it in backward) and read the same states both times."""
+    import torch
+
+    def update(key_states, value_states, layer_idx, *args, **kwargs):
+        layer = cache.layers[layer_idx]
+        return torch.cat([layer.keys, key_states], dim=-2), torch.cat([layer.values, value_states], dim=-2)
+
+    cache.update = update
+
+
+@contextmanager
+def _checkpointed_layers(model, enabled: bool = True):
+    """Within the block, decoder layers (transformers' ``GradientCheckpointingLayer``) run under non-reentrant
+    activation checkpointing even with a (read-only) cache if ``enabled``, and without checkpointing otherwise,
+    whatever the model's own setting; their own settings come back afterwards. Checkpointing only acts with
+    gradients in train mode (the layer checks both)."""
+    from functools import partial
+
+    from torch.utils.checkpoint import checkpoint
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    # the backbone's own flag only turns use_cache off (and with it the prefix cache): off inside the block
+    backbones = [m for m in model.modules() if isinstance(m.__dict__.get("gradient_checkpointing"), bool)
+                 and not isinstance(m, GradientCheckpointingLayer)]
+    keys = ("gradient_checkpointing", "_can_checkpoint_with_cache", "_gradient_checkpointing_func")
+    saved = [(m, {k: m.__dict__[k] for k in keys if k in m.__dict__}) for m in layers + backbones]
+    for layer in layers:
+        layer.gradient_checkpointing = enabled
+        layer._can_checkpoint_with_cache = True  # our cache is read-only: the replay reads the same states
+        layer._gradient_checkpointing_func = partial(checkpoint, use_reentrant=False)
+    for backbone in backbones:
+        backbone.gradient_checkpointing = False
+    try:
+        yield
+    finally:
+        for module, state in saved:
+            for key in keys:
+                module.__dict__.pop(key, None)
+            module.__dict__.update(state)
+
+
+_TRAINER_CLASS = None
+
+
+def agent_trainer_class():
+    """TRL's GRPOTrainer plus two things it lacks: a step-time split (generation / forward / backward) and the
+    shared-prefix forward (``shared_prefix_logps``). Built on first use so importing agentlab stays light."""
+    global _TRAINER_CLASS
+    if _TRAINER_CLASS is not None:
+        return _TRAINER_CLASS
+    from trl import GRPOTrainer
+
+    class AgentGRPOTrainer(GRPOTrainer):
+        # Thin timing hooks: generation happens inside _prepare_inputs, the policy forward in compute_loss,
+        # the rest of training_step is backward + optimiser.
+        shared_prefix = COMPATIBLE  # set False to get TRL's own forward (benchmarks, tests)
+
+        def __init__(self, *a, **k):
+            self.timing: dict[str, float] = {}
+            self._timed_step = -1
+            super().__init__(*a, **k)
+
+        def training_step(self, *a, **k):
+            # called once per micro-batch: the step's timings add up over its micro-batches
+            if self._timed_step != self.state.global_step:
+                self.timing.clear()
+                self._timed_step = self.state.global_step
+            t0 = time.perf_counter()
+            out = super().training_step(*a, **k)
+            self.timing["step_s"] = self.timing.get("step_s", 0) + time.perf_counter() - t0
+            return out
+
+        def _prepare_inputs(self, *a, **k):  # generation time: a private method, hooked only when checked
+            if not COMPATIBLE:
+                return super()._prepare_inputs(*a, **k)
+            t0 = time.perf_counter()
+            out = super()._prepare_inputs(*a, **k)
+            self.timing["prepare_s"] = self.timing.get("prepare_s", 0) + time.perf_counter() - t0
+            return out
+
+        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
+                                               batch_size=None, compute_entropy=False, compute_aux_loss=False,
+                                               **multimodal):
+            if self.shared_prefix and COMPATIBLE and not compute_aux_loss and not any(v is not None for v in multimodal.values()):
+                with self.accelerator.autocast():
+                    shared = shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy)
+                if shared is not None:
+                    return shared[0], shared[1], None
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+                **multimodal)
+
+        def compute_loss(self, *a, **k):
+            t0 = time.perf_counter()
+            out = super().compute_loss(*a, **k)
+            self.timing["forward_s"] = self.timing.get("forward_s", 0) + time.perf_counter() - t0
+            return out
+
+    _TRAINER_CLASS = AgentGRPOTrainer
+    return AgentGRPOTrainer
+
+
+# -- chat-template tokens and parsing --------------------------------------------------------------------------------
+
+
+def tool_suffix_ids(tok, tool_messages: list[dict]) -> list[int]:
+    """Tokens of tool results plus the next assistant header. Same method as TRL's ``_get_tool_suffix_ids`` (a
+    trainer method, so not callable from our loop): render a dummy call with and without the results, cut at the
+    last EOS of the shorter one."""
+    dummy = [{"role": "user", "content": "dummy"},
+             {"role": "assistant", "content": "",
+              "tool_calls": [{"type": "function", "function": {"name": tool_messages[0]["name"], "arguments": {}}}]}]
+    prefix = tok.apply_chat_template(dummy, add_generation_prompt=False, tokenize=True, return_dict=False)
+    full = tok.apply_chat_template(dummy + tool_messages, add_generation_prompt=True, tokenize=True,
+                                   return_dict=False)
+    eos = [i for i, t in enumerate(prefix) if t == tok.eos_token_id]
+    if eos:
+        prefix = prefix[: eos[-1] + 1]
+    if full[: len(prefix)] != prefix:
+        raise ValueError("chat template is not prefix-preserving; run agentlab.models.preflight")
+    return list(full[len(prefix):])
+
+
+def parse_response(tok, new_ids: list[int], prefix: list[int], tools: list) -> dict:
+    """TRL's parser of one generated turn (content, tool calls) for the tokenizer's chat template."""
+    from trl.chat_template_utils import parse_response as trl_parse
+
+    return trl_parse(tok, new_ids, prefix=prefix, tools=tools)
+
+
+# -- vLLM (GPU) ----------------------------------------------------------------------------------------------------
+
+
+def vllm_generate_fn(trainer, max_new_tokens: int):
+    """Our loop's generate function on TRL's vLLM engine (colocated or server), with the trainer's weights.
+
+    TRL syncs the policy weights into vLLM before each ``rollout_func`` call; we only ask it for one
+    continuation per live episode. ``max_new_tokens`` caps each turn at the source: TRL 1.16's engine reads its
+    ``max_completion_length`` on every call as vLLM's ``max_tokens``, so it is set to the per-turn budget for the
+    call (otherwise vLLM would decode up to the run's whole budget, 8192 tokens in the recipe, before our loop cut
+    the turn) and restored after. A TRL coupling, checked against 1.16; the cut below stays as the safety net.
+    """
+    eos = trainer.processing_class.eos_token_id
+
+    def generate(seqs: list[list[int]]) -> list[list[int]]:
+        engine = trainer.vllm_generation
+        saved, engine.max_completion_length = engine.max_completion_length, max_new_tokens
+        try:
+            _, completions, _, _ = engine.generate(prompts=seqs, images=None, num_generations=1)
+        finally:
+            engine.max_completion_length = saved
+        out = []
+        for ids in completions:
+            ids = list(ids)[:max_new_tokens]
+            out.append(ids[: ids.index(eos) + 1] if eos in ids else ids)
+        return out
+
+    return generate
+
+
+# -- TRL's own environment_factory loop -----------------------------------------------------------------------------------------------
+
+# Text that shows an attempted tool call; in an assistant message with no parsed tool_calls it marks off-form.
+TOOL_CALL_MARKERS = ("<tool_call>", "<function=", "<|tool_call", '"arguments":')
+
+
+def turns_from_messages(completion: list[dict] | str) -> list[Turn]:
+    """Turns from a TRL completion (assistant and tool messages, or plain text). TRL turns any tool exception
+    into an ``{'error': …}`` result, so errors here are all marked ``"policy"``."""
+    if isinstance(completion, str):
+        return [Turn(text=completion, off_form=any(m in completion for m in TOOL_CALL_MARKERS))]
+    turns: list[Turn] = []
+    for message in completion:
+        content = message.get("content") or ""
+        content = content if isinstance(content, str) else json.dumps(content)
+        if message.get("role") == "assistant":
+            calls = [{"name": c.get("function", {}).get("name", ""), "arguments": c.get("function", {}).get(
+                "arguments", {}), "result": None, "error": None} for c in message.get("tool_calls") or []]
+            off_form = not calls and any(m in content for m in TOOL_CALL_MARKERS)
+            turns.append(Turn(text=content, tool_calls=calls, off_form=off_form))
+        elif message.get("role") == "tool" and turns:
+            pending = next((c for c in turns[-1].tool_calls if c["result"] is None), None)
+            if pending is not None:
+                pending["result"] = content
+                pending["error"] = "policy" if content.startswith(("Error:", "{'error'")) else None
+    return turns
+
+
+def trl_reward_func(reward_fn: Callable, env_name: str) -> Callable[..., list[float | None]]:
+    """A reward function with TRL's custom signature, scoring each rollout from its environment instance.
+
+    Not a training path of ours (``run_grpo`` uses the ``rollout_func``): it lets an environment class be trained by
+    TRL's own ``GRPOTrainer(environment_factory=spec.env_class)`` loop, which ``tests/test_trl_envs.py`` checks.
+
+    TRL (1.16, ``GRPOTrainer._calculate_rewards``) passes ``environments=`` — the instances the rollouts ran in —
+    to every reward function when ``environment_factory`` is set; we read ``env._task`` and ``env.outcome``,
+    evaluate, and apply ``reward_fn``. Rollouts of another environment get ``None`` (TRL ignores them as NaN).
+    Each term's batch mean is logged as ``reward_terms/<name>`` through TRL's ``log_metric``.
+    """
+    from agentlab.envs import load
+
+    spec = load(env_name)
+
+    def reward_func(prompts, completions, environments=None, **kwargs) -> list[float | None]:
+        if environments is None:
+            raise ValueError(f"{env_name}_reward scores from environment state: pass "
+                             "GRPOTrainer(environment_factory=...) so TRL hands it `environments`")
+        totals: list[float | None] = []
+        sums: dict[str, float] = defaultdict(float)
+        for env, completion in zip(environments, completions, strict=True):
+            if getattr(env, "name", None) != env_name or env._task is None:
+                totals.append(None)
+                continue
+            outcome = env.outcome
+            ep = Episode(task=env._task, turns=turns_from_messages(completion), outcome=outcome,
+                         metrics=spec.evaluate(env._task, outcome),
+                         exit_reason="final_answer" if outcome.finished else "no_tool_call")
+            scored = reward_fn(ep)
+            totals.append(float(scored[0] if isinstance(scored, tuple) else scored))
+            for name, value in (scored[1] if isinstance(scored, tuple) else {}).items():
+                sums[name] += value
+        scored_n = sum(t is not None for t in totals)
+        if (log_metric := kwargs.get("log_metric")) and scored_n:
+            for name, value in sums.items():
+                log_metric(f"reward_terms/{name}", value / scored_n)
+        return totals
+
+    reward_func.__name__ = reward_func.__qualname__ = f"{env_name}_reward"
+    return reward_func
