@@ -175,7 +175,10 @@ def _cmd_eval(a) -> int:
     if not tasks:
         raise ValueError(f"no {a.split} tasks for {a.env}: give more rows, or held-out rows with --eval-rows")
     name = a.name or f"eval-{a.env}-{a.split}"
-    loop = LoopConfig(max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, temperature=0 if a.greedy else 0.7)
+    from agentlab.envs import load
+
+    loop = LoopConfig.of(load(a.env), max_turns=a.max_turns, max_new_tokens=a.max_new_tokens,
+                         temperature=0 if a.greedy else 0.7)
     summary = evaluate(a.model, a.env, tasks, RunDir(name).path, adapter=a.adapter, samples=a.samples,
                        greedy=a.greedy, loop=loop, label=name)
     print_summary(summary)
@@ -238,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=_cmd_quickstart)
 
-    from agentlab.compare import ARMS, CompareConfig
+    from agentlab.compare import ARMS, CompareConfig, field_type
 
     p = sub.add_parser("compare", help="does RL beat SFT here? GRPO vs tuned SFT, compute-matched SFT and RFT")
     for f in dataclasses.fields(CompareConfig):
@@ -246,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         if isinstance(f.default, tuple):
             p.add_argument(flag, default=None, help=f"comma-separated, default {','.join(map(str, f.default))}")
         else:
-            p.add_argument(flag, type=type(f.default), default=None, help=f"default {f.default}")
+            p.add_argument(flag, type=field_type(f), default=None, help=f"default {f.default}")
     p.add_argument("--arms", default=None, help=f"comma-separated subset of {','.join(ARMS)} (default: all)")
     p.add_argument("--smoke", action="store_true", help="tiny model and sizes (about a minute; for CI)")
     p.add_argument("--overwrite", action="store_true", help="start the comparison's run folder again")
@@ -286,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(flag, default=None, choices=LOSS_TYPES if f.name == "loss_type" else SCALE_REWARDS,
                            help=f"default {f.default} (passed to TRL's GRPOConfig)")
         else:
-            p.add_argument(flag, type=type(f.default), default=None, help=f"default {f.default}")
+            p.add_argument(flag, type=field_type(f), default=None, help=f"default {f.default}")
     _add_trl_class_args(p)
     p.add_argument("--init-adapter", default=None, help="start from this LoRA adapter (e.g. the SFT one)")
     p.add_argument("--eval-split", default="validation", choices=["validation", "test"],
@@ -320,8 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=int, default=100)
     p.add_argument("--samples", type=int, default=1)
     p.add_argument("--greedy", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--max-turns", type=int, default=4)
-    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--max-turns", type=int, default=None, help="default: the environment's budget")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default: the environment's budget")
     p.add_argument("--name", default=None)
     _add_trl_class_args(p)
     p.set_defaults(func=_cmd_eval)

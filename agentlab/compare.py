@@ -65,13 +65,17 @@ class CompareConfig:
     group_size: int = 4                 # GRPO's G, and RFT's samples per task
     temperature: float = 0.7
     eval_every: int = 6
-    max_turns: int = 4
-    max_new_tokens: int = 96            # per turn; product_finder's search call with every filter is ~60 tokens
-    max_context: int = 2048
+    max_turns: int | None = None        # None: the environment's budget (EnvSpec.budget)
+    max_new_tokens: int | None = None   # per turn; product_finder's search call with every filter is ~60 tokens
+    max_context: int | None = None
     sft_all_demos: int = 256
 
     def __post_init__(self):
+        from agentlab.envs import load
+        from agentlab.types import with_budget
+
         parse_regime(self.regime)
+        with_budget(self, load(self.env))
         errors = []
         if not self.sft_lrs or any(lr <= 0 for lr in self.sft_lrs):
             errors.append(f"sft_lrs={self.sft_lrs} must be positive learning rates")
@@ -108,7 +112,7 @@ class CompareConfig:
             raw = given.get(f.name)
             if raw is None:
                 continue
-            kind = type(f.default[0]) if isinstance(f.default, tuple) else type(f.default)
+            kind = field_type(f)
             try:
                 values[f.name] = (tuple(kind(v) for v in str(raw).split(",") if v.strip())
                                   if isinstance(f.default, tuple) else kind(raw))
@@ -130,7 +134,13 @@ class CompareConfig:
 
     def eval_loop(self) -> LoopConfig:
         return LoopConfig(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
-                          max_context=self.max_context, temperature=0.0, batch_size=32)
+                          max_context=self.max_context, temperature=0.0, batch_size=32)  # budgets resolved above
+
+
+def field_type(f) -> type:
+    """The type of a config field's values (``int`` for a budget field whose default, None, means the env's)."""
+    default = f.default[0] if isinstance(f.default, tuple) else f.default
+    return int if default is None else type(default)
 
 
 def parse_regime(regime: str) -> tuple[str, int]:

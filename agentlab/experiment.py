@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 from agentlab.rollout import LoopConfig
+from agentlab.types import Budget
 
 # TRL 1.16's GRPOConfig.loss_type and scale_rewards values (TRL implements every variant; we pass the name through).
+_NO_ENV = SimpleNamespace(budget=Budget())  # an unknown env is reported as such; its budget fields still get values
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 SCALE_REWARDS = ("group", "batch", "none")
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -28,9 +31,9 @@ class Experiment:
     lr: float = 2e-4
     groups_per_step: int = 2      # prompts per optimiser step
     group_size: int = 4           # rollouts per prompt (GRPO's G)
-    max_turns: int = 3
-    max_new_tokens: int = 64      # per turn
-    max_context: int = 1024
+    max_turns: int | None = None  # None: the environment's budget (EnvSpec.budget), resolved at construction
+    max_new_tokens: int | None = None  # per turn
+    max_context: int | None = None
     beta: float = 0.0             # KL to the reference; 0 skips the reference forward entirely
     temperature: float = 0.7
     steps: int = 10
@@ -50,17 +53,19 @@ class Experiment:
 
     def __post_init__(self):
         from agentlab.envs import load
+        from agentlab.types import with_budget
 
         errors = []
         try:
-            load(self.env)
+            with_budget(self, load(self.env))
         except ValueError as exc:
             errors.append(f"env={self.env!r}: {exc}")
+            with_budget(self, _NO_ENV)
         if not self.lr > 0:
             errors.append(f"lr={self.lr} must be > 0")
         if self.group_size < 2:
             errors.append(f"group_size={self.group_size} must be >= 2 (GRPO compares rollouts within a group)")
-        for name in ("groups_per_step", "max_turns", "max_new_tokens", "steps", "eval_every", "lora_r", "max_nonfinite"):
+        for name in ("groups_per_step", "max_turns", "max_new_tokens", "max_context", "steps", "eval_every", "lora_r", "max_nonfinite"):
             if getattr(self, name) < 1:
                 errors.append(f"{name}={getattr(self, name)} must be >= 1")
         if self.micro_batch < 0:

@@ -75,24 +75,43 @@ def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str
     from agentlab.evals import summarize
     from agentlab.models import load_policy
     from agentlab.plots import plot_eval_summary
-    from agentlab.rollout import LoopConfig, run_episodes
+    from agentlab.rollout import LoopConfig
     from agentlab.runs import _atomic_write
 
     spec = load(env)
     model, tok = load_policy(model_name, adapter=adapter)
     loop = loop or LoopConfig(temperature=0.0 if greedy else 0.7)
-    out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    with open(out_dir / "rollouts.jsonl", "w") as fh:
-        episodes = run_episodes(model, tok, spec, tasks, samples=samples, config=loop, greedy=greedy, out=fh,
-                                seed=seed, model_id=model_name + (f"+{adapter}" if adapter else ""),
-                                config_id=label)
+    episodes = evaluate_model(model, tok, spec, tasks, Path(out_dir) / "rollouts.jsonl", loop, samples=samples,
+                              greedy=greedy, seed=seed, model_id=model_name + (f"+{adapter}" if adapter else ""),
+                              config_id=label, progress=True)
     summary = {"label": label, "model": model_name, "adapter": adapter, "env": env, "samples": samples,
                "greedy": greedy, "loop": dataclasses.asdict(loop), "seconds": time.time() - t0,
                **summarize(episodes)}
     _atomic_write(out_dir / "summary.json", json.dumps(summary, indent=2, sort_keys=True))  # a kill: old or new
     plot_eval_summary(summary, out_dir / "summary.png")
     return summary
+
+
+def evaluate_model(model, tok, spec, tasks: list, rollouts_file: Path, loop, **episode_kwargs) -> list:
+    """A loaded policy on ``tasks`` with the shared loop, in eval mode and without gradients, each episode written
+    to ``rollouts_file`` as it ends; the model's train/eval mode comes back afterwards. The one evaluation core of
+    :func:`evaluate` (a model by name, into a folder) and of training's checkpoint evaluations."""
+    import torch
+
+    from agentlab.rollout import run_episodes
+
+    was_training = getattr(model, "training", False)
+    if model is not None:
+        model.eval()
+    rollouts_file.parent.mkdir(parents=True, exist_ok=True)
+    episode_kwargs.setdefault("progress", False)
+    try:
+        with torch.no_grad(), open(rollouts_file, "w") as fh:
+            return run_episodes(model, tok, spec, tasks, config=loop, out=fh, **episode_kwargs)
+    finally:
+        if was_training:
+            model.train()
 
 
 def print_summary(summary: dict) -> None:

@@ -49,8 +49,8 @@ class QuickstartConfig:
     temperature: float = 0.7
     eval_every: int = 6
     checkpoint_eval_tasks: int = 32  # in-run checkpoint evals use a subset of the validation tasks (CPU time)
-    max_turns: int = 3
-    max_new_tokens: int = 48
+    max_turns: int | None = None        # None: the environment's budget (lookup: 3 turns, 48 tokens a turn)
+    max_new_tokens: int | None = None
     seed: int = 0
 
     @classmethod
@@ -67,7 +67,10 @@ class QuickstartConfig:
                           eval_tasks=self.checkpoint_eval_tasks, seed=self.seed)
 
     def eval_loop(self) -> LoopConfig:
-        return LoopConfig(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens, temperature=0.0)
+        from agentlab.envs import load
+
+        return LoopConfig.of(load(self.env), max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
+                             temperature=0.0)
 
 
 def _peak_rss_gb() -> float:

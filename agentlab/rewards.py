@@ -22,11 +22,20 @@ import functools
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import (
+    dataclass,
+    field,
+    replace,  # noqa: F401  (the doctests use it)
+)
 
 import numpy as np
 
-from agentlab.types import Episode, Outcome, Task
+from agentlab.types import (
+    Episode,
+    Outcome,
+    Task,
+    Turn,  # noqa: F401  (the doctests build turns)
+)
 
 RewardFn = Callable[[Episode], tuple[float, dict[str, float]]]
 _EX = Task(id="ex", env="lookup", question="Where does Ada Vell live?", answer={"value": "Oslo"})  # doctests

@@ -22,7 +22,20 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from agentlab.trl_compat import cache_of, parse_response, tool_suffix_ids
-from agentlab.types import EnvSpec, Episode, InfraError, Task, ToolCall, ToolEnv, Turn, call_tool, tool_names
+from agentlab.types import (
+    BUDGET_FIELDS,
+    Budget,
+    EnvSpec,
+    Episode,
+    InfraError,
+    Task,
+    ToolCall,
+    ToolEnv,
+    Turn,
+    call_tool,
+    prompt_messages,
+    tool_names,
+)
 
 # The declared format of a turn that calls tools: one or more blocks, nothing around them (qwen2.5's template).
 _STRICT_CALLS = re.compile(r"(?:<tool_call>\n\{.*?\}\n</tool_call>\n?)+", re.DOTALL)
@@ -36,15 +49,21 @@ class LoopConfig:
     """Budgets of one episode. Train and eval budgets may differ (seed 000 trained in 12 turns, scored in 30):
     keep them equal unless you mean to measure that gap."""
 
-    max_turns: int = 4            # assistant generations per episode
-    max_new_tokens: int = 96      # per turn
-    max_context: int = 2048       # prompt + completion tokens; the episode ends before exceeding it
+    max_turns: int = Budget.max_turns            # see agentlab.types.Budget; LoopConfig.of(spec) uses the env's
+    max_new_tokens: int = Budget.max_new_tokens
+    max_context: int = Budget.max_context
     temperature: float = 0.7
     top_p: float = 1.0
     batch_size: int = 16          # episodes decoded together
     retries: int = 2              # extra attempts for a tool call that raised (environment fault)
     backoff_s: float = 0.05       # first retry delay; doubles each attempt
     precision: str = "auto"       # decoding: "auto" (bf16 where the CPU has it, agentlab.precision), "fp32", "bf16"
+
+    @classmethod
+    def of(cls, spec: EnvSpec, **overrides) -> LoopConfig:
+        """The loop for ``spec``: its budget, then ``overrides`` (``None`` values keep the budget's)."""
+        budget = {name: getattr(spec.budget, name) for name in BUDGET_FIELDS}
+        return cls(**{**budget, **{k: v for k, v in overrides.items() if v is not None}})
 
     def __post_init__(self):
         for name in ("max_turns", "max_new_tokens", "max_context", "batch_size"):
@@ -69,8 +88,7 @@ class Renderer:
         self._suffix_cache: dict[tuple, list[int]] = {}
 
     def messages(self, task: Task) -> list[dict]:
-        return [{"role": "system", "content": self.env_class.system_prompt},
-                {"role": "user", "content": task.question}]
+        return prompt_messages(self.env_class, task)
 
     def prompt_ids(self, task: Task, env: ToolEnv | None = None) -> list[int]:
         messages = (env._prompt_messages() if env is not None else None) or self.messages(task)

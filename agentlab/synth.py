@@ -12,7 +12,7 @@ from __future__ import annotations
 from itertools import combinations
 from pathlib import Path
 
-from agentlab.types import EnvSpec, Task
+from agentlab.types import EnvSpec, Task, prompt_messages, run_policy, tool_names
 
 
 def audit_splits(spec: EnvSpec, splits: dict[str, list[Task]]) -> dict:
@@ -93,7 +93,6 @@ def tool_schemas(env_class) -> list[dict]:
     """JSON schemas of the environment's tools, in the order TRL renders them (alphabetical)."""
     from transformers.utils import get_json_schema
 
-    from agentlab.types import tool_names
 
     env = env_class()
     return [get_json_schema(getattr(env, n)) for n in tool_names(env_class)]
@@ -107,7 +106,6 @@ def expert_demos(spec: EnvSpec, tasks: list[Task], policy=None) -> list[dict]:
     """
     import json as _json
 
-    from agentlab.types import run_policy
 
     tools = _json.dumps(tool_schemas(spec.env_class))
     rows = []
@@ -115,8 +113,7 @@ def expert_demos(spec: EnvSpec, tasks: list[Task], policy=None) -> list[dict]:
         outcome, history = run_policy(spec, task, policy or spec.expert)
         if spec.evaluate(task, outcome)["success"] < 1.0:
             continue
-        messages = [{"role": "system", "content": spec.env_class.system_prompt},
-                    {"role": "user", "content": task.question}]
+        messages = prompt_messages(spec.env_class, task)
         for call, result in history:
             messages.append(call.as_message())
             if call.name != spec.env_class.final_tool:

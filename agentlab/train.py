@@ -270,23 +270,15 @@ def _tracking_env(report_to: tuple[str, ...]) -> None:
 
 def evaluate_policy(model, tok, spec, tasks: list[Task], exp: Experiment, run: RunDir, step: int) -> dict:
     """Greedy held-out eval with the shared loop; writes ``evals/step-N.json`` (+ rollouts). Skips if present."""
-    import torch
-
     from agentlab.evals import summarize
+    from agentlab.pipeline import evaluate_model
 
     name = f"evals/step-{step:04d}.json"
     if (existing := run.read_json(name)) is not None:
         return existing
-    was_training = model.training
-    model.eval()
-    path = run.path / f"evals/step-{step:04d}.rollouts.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad(), open(path, "w") as fh:
-        episodes = run_episodes(model, tok, spec, tasks[: exp.eval_tasks], config=replace(exp.loop(), temperature=0),
-                                greedy=True, out=fh, progress=False, step=step, model_id=exp.model,
-                                config_id=exp.name, reward_fn=exp.reward_fn())
-    if was_training:
-        model.train()
+    episodes = evaluate_model(model, tok, spec, tasks[: exp.eval_tasks], run.path / f"evals/step-{step:04d}.rollouts.jsonl",
+                              replace(exp.loop(), temperature=0), greedy=True, step=step, model_id=exp.model,
+                              config_id=exp.name, reward_fn=exp.reward_fn())
     summary = {"step": step, **summarize(episodes)}
     run.write_json(name, summary)
     return summary

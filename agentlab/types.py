@@ -272,6 +272,27 @@ def tool(method):
     return guarded
 
 
+@dataclass(frozen=True)
+class Budget:
+    """What one episode of an environment may spend: its turns, tokens per turn and whole context. Written once,
+    in the environment's :class:`EnvSpec`; training, evaluation, the quickstart and comparisons derive from it
+    unless told otherwise."""
+
+    max_turns: int = 4            # assistant generations per episode
+    max_new_tokens: int = 96      # per turn
+    max_context: int = 2048       # prompt + completion tokens; the episode ends before exceeding it
+
+
+BUDGET_FIELDS = ("max_turns", "max_new_tokens", "max_context")
+
+
+def with_budget(config, spec: EnvSpec) -> None:
+    """Fill a frozen config's ``None`` budget fields (of :data:`BUDGET_FIELDS` it has) from ``spec.budget``."""
+    for name in BUDGET_FIELDS:
+        if getattr(config, name, 0) is None:
+            object.__setattr__(config, name, getattr(spec.budget, name))
+
+
 # A scripted policy is a generator: it yields tool calls and receives each call's result string.
 Policy = Callable[[Task], Generator[ToolCall, str, None]]
 
@@ -290,6 +311,7 @@ class EnvSpec:
     * ``valid_rollout(outcome)`` — optional: what the write-up calls a valid rollout (default: finished).
     * ``answer_cap`` — the most items a final answer may hold (1: a single answer).
     * ``hint(kind, task, call, result)`` — optional: the environment's own training-time hint text.
+    * ``budget`` — the :class:`Budget` an episode needs (turns, tokens per turn, context).
     * ``cheap_policy`` — optional: a cheaper, imperfect strategy that succeeds only sometimes (the traces one has
       before an expert exists; the ``cheap`` regime of ``agentlab.compare``).
     """
@@ -307,6 +329,7 @@ class EnvSpec:
     valid_rollout: Callable[[Outcome], bool] | None = None  # None: the final-answer tool was called
     answer_cap: int = 1           # most items a final answer may hold (reward-hacking probes submit up to this)
     hint: Callable[[str, Task, ToolCall, str], str] | None = None  # training-time feedback (agentlab.hints)
+    budget: Budget = Budget()
 
     def __post_init__(self):
         self.env_class._spec = self  # ToolEnv.get_reward scores with this spec's reward
@@ -321,6 +344,16 @@ class EnvSpec:
     def score(self, task: Task, outcome: Outcome) -> float:
         """The default reward of an outcome (an episode with no turns: terms that read turns see none)."""
         return float(self.default_reward(Episode(task=task, outcome=outcome, metrics=self.evaluate(task, outcome)))[0])
+
+
+def prompt_messages(env_class: type[ToolEnv], task: Task) -> list[dict]:
+    """The conversation an episode starts from: the environment's system prompt, then the task's question. The one
+    place it is written: the agent loop, SFT demonstrations and GRPO's dataset rows all start here.
+
+    >>> [m["role"] for m in prompt_messages(ToolEnv, Task(id="t", env="e", question="Where?", answer={}))]
+    ['system', 'user']
+    """
+    return [{"role": "system", "content": env_class.system_prompt}, {"role": "user", "content": task.question}]
 
 
 def call_tool(env: ToolEnv, call: ToolCall) -> str:

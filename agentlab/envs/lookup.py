@@ -18,7 +18,7 @@ import re
 from functools import lru_cache
 
 from agentlab.rewards import Reward
-from agentlab.types import EnvSpec, Outcome, Task, ToolCall, ToolEnv, seeded_rng, tool
+from agentlab.types import Budget, EnvSpec, Outcome, Task, ToolCall, ToolEnv, seeded_rng, tool
 
 FIRST = ["Ada", "Bram", "Cora", "Dag", "Edda", "Finn", "Greta", "Hugo", "Ines", "Jon", "Kaia", "Lars", "Mira", "Nils", "Olga", "Per", "Rana", "Sven", "Tove", "Ulf"]
 LAST = ["Vell", "Morn", "Strand", "Ekholm", "Dahl", "Brekke", "Lunde", "Falk", "Hovd", "Aas", "Rud", "Sand", "Berg", "Lien", "Moe", "Haug", "Vik", "Nes", "Bakke", "Holm", "Lie", "Tveit", "Fossum", "Eide", "Myhre", "Solberg", "Kvam", "Ness", "Grov", "Ruud"]
@@ -191,6 +191,7 @@ DEFAULT_REWARD = Reward({"success": 1.0})
 SPEC = EnvSpec(
     name="lookup", env_class=LookupEnv, make_tasks=make_tasks, evaluate=evaluate,
     default_reward=DEFAULT_REWARD, hint=hint,
+    budget=Budget(max_turns=3, max_new_tokens=48, max_context=1024),  # search, answer, one spare; calls ~30 tokens
     expert=expert, random_policy=random_policy, audit_keys=audit_keys,
     description="Fictional people directory: search by name, answer one attribute (fixture and quickstart).",
 )
