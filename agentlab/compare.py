@@ -4,23 +4,22 @@
     from agentlab.compare import CompareConfig, run_compare
     result = run_compare(CompareConfig(env="product_finder", regime="cheap:64", seed=0))
 
-A *regime* states the data a practitioner really has for SFT (``agentlab.compare.regime_demos``); GRPO gets the
+A *regime* states the data a practitioner really has for SFT (``agentlab.synth.regime_demos``); GRPO gets the
 training tasks and the verifier only. Validation and test tasks always come from the full task distribution.
 Every arm is evaluated greedily on the same test tasks, once, after its checkpoint was chosen on validation:
 
-=============  =====================================================================================================
-``sft_best``   SFT on the regime's demonstrations; learning rate and steps chosen on validation (a grid search)
-``grpo``       GRPO from ``sft_best``; the checkpoint that counts is the best one on validation (step 0 excluded)
-``sft_matched`` ``sft_best``'s SFT continued on the same demonstrations for GRPO's training wall-clock
-``rft``        rejection-sampling fine-tuning from ``sft_best`` for GRPO's wall-clock: sample G rollouts per training
-               task, keep the verified successes, SFT on them with the demonstrations (uses the verifier, like GRPO)
-``sft_all``    a reference, not a baseline: SFT on plentiful expert demonstrations (what the regime withholds)
-=============  =====================================================================================================
+===============  ===================================================================================================
+``sft_best``     SFT on the regime's demonstrations; learning rate and steps chosen on validation (a grid search)
+``grpo``         GRPO from ``sft_best``; the checkpoint that counts is the best one on validation (step 0 excluded)
+``sft_matched``  ``sft_best``'s SFT continued on the same demonstrations for GRPO's training wall-clock
+``rft``          rejection-sampling fine-tuning from ``sft_best`` for GRPO's wall-clock: sample G rollouts per task,
+                 keep the verified successes, SFT on them with the demonstrations (uses the verifier, like GRPO)
+``sft_all``      a reference, not a baseline: SFT on plentiful expert demonstrations (what the regime withholds)
+===============  ===================================================================================================
 
-The run folder (``runs/<name>/``) holds each arm's adapters and evaluations, ``result.json`` (every arm's test
-success with its 95% CI, GRPO minus each baseline paired over tasks, every setting tried with its validation
-figure, seconds per arm) and ``result.png``. Every stage is skipped when its output exists, so a killed
-comparison resumes where it stopped (GRPO from its last checkpoint).
+The run folder (``runs/<name>/``) holds each arm's adapters and evaluations, ``result.json`` (test success with
+95% CIs, GRPO minus each baseline paired over tasks, every setting tried with its validation figure, seconds per
+arm) and ``result.png``. A killed comparison resumes where it stopped: every stage is skipped when its output exists.
 """
 
 from __future__ import annotations
@@ -32,15 +31,11 @@ from pathlib import Path
 
 from agentlab.evals import success_entry
 from agentlab.rollout import LoopConfig
-from agentlab.runs import RunDir
-from agentlab.types import EnvSpec, Episode, Task
+from agentlab.runs import RunDir, write_jsonl
+from agentlab.synth import episode_sft_row, parse_regime, regime_demos
+from agentlab.types import Episode, Task
 
 ARMS = ("sft_best", "grpo", "sft_matched", "rft", "sft_all")
-REGIMES = {
-    "expert": "N scripted expert demonstrations over every difficulty",
-    "easy": "N expert demonstrations of the easiest difficulty only",
-    "cheap": "N successful traces of the environment's cheaper, imperfect strategy (EnvSpec.cheap_policy)",
-}
 
 
 @dataclass(frozen=True)
@@ -49,7 +44,7 @@ class CompareConfig:
 
     name: str = "compare"
     env: str = "product_finder"
-    regime: str = "cheap:64"            # "<kind>:<n demonstrations>", kind in REGIMES
+    regime: str = "cheap:64"            # "<kind>:<n demonstrations>", kind in agentlab.synth.REGIMES
     seed: int = 0                       # task synthesis, SFT data order, GRPO and RFT sampling
     model: str = "smollm2-135m"
     train: int = 1000                   # GRPO's and RFT's tasks; the regime's demonstrations come from them too
@@ -143,52 +138,6 @@ def field_type(f) -> type:
     return int if default is None else type(default)
 
 
-def parse_regime(regime: str) -> tuple[str, int]:
-    """``"cheap:64"`` -> ``("cheap", 64)``; a clear error for anything else.
-
-    >>> parse_regime("easy:32")
-    ('easy', 32)
-    """
-    kind, _, n = regime.partition(":")
-    if kind not in REGIMES or not n.isdigit() or int(n) < 1:
-        raise ValueError(f"regime {regime!r}: expected '<kind>:<n>' with kind one of {sorted(REGIMES)} and n >= 1, "
-                         f"e.g. 'cheap:64'")
-    return kind, int(n)
-
-
-def regime_demos(spec: EnvSpec, regime: str, train: list[Task]) -> list[dict]:
-    """The SFT demonstrations a regime allows, drawn from ``train`` (verified successes only: we teach what works).
-
-    ``expert:N`` — the scripted expert on the first tasks; ``easy:N`` — the expert on tasks of the lowest
-    difficulty only; ``cheap:N`` — the successful traces of ``spec.cheap_policy``, a cheaper strategy that
-    succeeds only sometimes (the logs one has before building an expert).
-    """
-    from agentlab.synth import expert_demos
-
-    kind, n = parse_regime(regime)
-    policy = None
-    if kind == "easy":
-        low = min(t.difficulty for t in train)
-        train = [t for t in train if t.difficulty == low]
-    elif kind == "cheap":
-        if spec.cheap_policy is None:
-            raise ValueError(f"regime {regime!r}: environment {spec.name!r} has no cheap_policy in its EnvSpec")
-        policy = spec.cheap_policy
-    rows: list[dict] = []
-    for start in range(0, len(train), 64):  # stop as soon as there are enough: the scripted runs cost time
-        rows += expert_demos(spec, train[start:start + 64], policy=policy)
-        if len(rows) >= n:
-            return rows[:n]
-    raise ValueError(f"regime {regime!r}: only {len(rows)} successful demonstrations among {len(train)} training "
-                     f"tasks; synthesise more training tasks (--train) or ask for fewer")
-
-
-def episode_sft_row(ep: Episode) -> dict:
-    """A rollout as a pre-tokenized SFT row: exactly the tokens the policy produced, tool results masked."""
-    prompt, completion, mask = ep.tokens["prompt_ids"], ep.tokens["completion_ids"], ep.tokens["mask"]
-    return {"input_ids": list(prompt) + list(completion), "assistant_masks": [0] * len(prompt) + list(mask)}
-
-
 class Comparison:
     """The stages of one comparison over one run folder; each stage returns its output if it exists."""
 
@@ -240,8 +189,8 @@ class Comparison:
             splits = build_splits(self.spec, {"train": c.train, "validation": c.validation, "test": c.test},
                                   seed=c.seed)
             save_splits(splits, folder)
-            _write_jsonl(folder / "demos.jsonl", regime_demos(self.spec, c.regime, splits["train"]))
-            _write_jsonl(folder / "demos_all.jsonl", expert_demos(self.spec, splits["train"][: c.sft_all_demos]))
+            write_jsonl(folder / "demos.jsonl", regime_demos(self.spec, c.regime, splits["train"]))
+            write_jsonl(folder / "demos_all.jsonl", expert_demos(self.spec, splits["train"][: c.sft_all_demos]))
         return {s: load_tasks(folder / f"{s}.jsonl") for s in ("train", "validation", "test")}
 
     def demos(self, which: str = "demos") -> list[dict]:
@@ -449,9 +398,3 @@ def print_comparison(result: dict) -> None:
 
 def _say(text: str) -> None:
     print(text, flush=True)
-
-
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    from agentlab.runs import _atomic_write
-
-    _atomic_write(path, "".join(json.dumps(r) + "\n" for r in rows))

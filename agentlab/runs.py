@@ -59,6 +59,11 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    """``rows`` as a JSONL file, written whole or not at all (a kill leaves the old file or the new one)."""
+    _atomic_write(path, "".join(json.dumps(r) + "\n" for r in rows))
+
+
 class RunDir:
     """One run folder. ``RunDir("quickstart")`` and ``RunDir("lr-sweep/lr=0.0001")`` live under ``runs_dir()``;
     an absolute path is used as it is."""

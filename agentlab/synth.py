@@ -12,7 +12,7 @@ from __future__ import annotations
 from itertools import combinations
 from pathlib import Path
 
-from agentlab.types import EnvSpec, Task, prompt_messages, run_policy, tool_names
+from agentlab.types import EnvSpec, Episode, Task, prompt_messages, run_policy, tool_names
 
 
 def audit_splits(spec: EnvSpec, splits: dict[str, list[Task]]) -> dict:
@@ -143,3 +143,56 @@ def tokenize_demos(demos: list[dict], tokenizer) -> list[dict]:
                                             return_dict=True, return_assistant_tokens_mask=True)
         rows.append({"input_ids": list(out["input_ids"]), "assistant_masks": list(out["assistant_masks"])})
     return rows
+
+
+# -- data regimes: the demonstrations a practitioner really has (agentlab.compare) --------------------------------
+
+REGIMES = {
+    "expert": "N scripted expert demonstrations over every difficulty",
+    "easy": "N expert demonstrations of the easiest difficulty only",
+    "cheap": "N successful traces of the environment's cheaper, imperfect strategy (EnvSpec.cheap_policy)",
+}
+
+
+def parse_regime(regime: str) -> tuple[str, int]:
+    """``"cheap:64"`` -> ``("cheap", 64)``; a clear error for anything else.
+
+    >>> parse_regime("easy:32")
+    ('easy', 32)
+    """
+    kind, _, n = regime.partition(":")
+    if kind not in REGIMES or not n.isdigit() or int(n) < 1:
+        raise ValueError(f"regime {regime!r}: expected '<kind>:<n>' with kind one of {sorted(REGIMES)} and n >= 1, "
+                         f"e.g. 'cheap:64'")
+    return kind, int(n)
+
+
+def regime_demos(spec: EnvSpec, regime: str, train: list[Task]) -> list[dict]:
+    """The SFT demonstrations a regime allows, drawn from ``train`` (verified successes only: we teach what works).
+
+    ``expert:N`` — the scripted expert on the first tasks; ``easy:N`` — the expert on tasks of the lowest
+    difficulty only; ``cheap:N`` — the successful traces of ``spec.cheap_policy``, a cheaper strategy that
+    succeeds only sometimes (the logs one has before building an expert).
+    """
+    kind, n = parse_regime(regime)
+    policy = None
+    if kind == "easy":
+        low = min(t.difficulty for t in train)
+        train = [t for t in train if t.difficulty == low]
+    elif kind == "cheap":
+        if spec.cheap_policy is None:
+            raise ValueError(f"regime {regime!r}: environment {spec.name!r} has no cheap_policy in its EnvSpec")
+        policy = spec.cheap_policy
+    rows: list[dict] = []
+    for start in range(0, len(train), 64):  # stop as soon as there are enough: the scripted runs cost time
+        rows += expert_demos(spec, train[start:start + 64], policy=policy)
+        if len(rows) >= n:
+            return rows[:n]
+    raise ValueError(f"regime {regime!r}: only {len(rows)} successful demonstrations among {len(train)} training "
+                     f"tasks; synthesise more training tasks (--train) or ask for fewer")
+
+
+def episode_sft_row(ep: Episode) -> dict:
+    """A rollout as a pre-tokenized SFT row: exactly the tokens the policy produced, tool results masked."""
+    prompt, completion, mask = ep.tokens["prompt_ids"], ep.tokens["completion_ids"], ep.tokens["mask"]
+    return {"input_ids": list(prompt) + list(completion), "assistant_masks": [0] * len(prompt) + list(mask)}

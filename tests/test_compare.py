@@ -7,9 +7,10 @@ import sys
 
 import pytest
 
-from agentlab.compare import ARMS, CompareConfig, episode_sft_row, parse_regime, regime_demos, run_compare
+from agentlab.compare import ARMS, CompareConfig, run_compare
 from agentlab.envs import load
 from agentlab.rollout import Renderer, run_episodes, scripted_generate_fn
+from agentlab.synth import episode_sft_row, parse_regime, regime_demos
 
 
 @pytest.mark.parametrize("regime", ["cheap", "cheap:", "cheap:0", "oracle:8", "8"])
