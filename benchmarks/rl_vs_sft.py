@@ -21,7 +21,7 @@ from dataclasses import fields
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import write_result
+from common import RESULTS, write_result
 
 from agentlab.compare import ARMS, CompareConfig, run_compare
 from agentlab.paths import runs_dir
@@ -53,6 +53,19 @@ def gather_tried(root: Path) -> list[dict]:
     return tried
 
 
+def merge_earlier(earlier: dict | None, tried: list[dict], seeds: list[dict], env: str, regime: str):
+    """Keep what an earlier session recorded and this machine no longer has (run folders are not committed):
+    tried points of comparison folders absent here, and seeds of the same env and regime not re-run here."""
+    if not earlier:
+        return tried, seeds
+    runs_here = {t["run"] for t in tried}
+    tried = [t for t in earlier.get("tried", []) if t["run"] not in runs_here] + tried
+    if (earlier.get("env"), earlier.get("regime")) == (env, regime):
+        here = {s["seed"] for s in seeds}
+        seeds = sorted([s for s in earlier.get("seeds", []) if s["seed"] not in here] + seeds, key=lambda s: s["seed"])
+    return tried, seeds
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -80,7 +93,10 @@ def main(argv=None) -> int:
         seeds.append(seed_entry(result))
     out = {"env": base.env, "regime": base.regime, "model": base.model, "config": {
         k: v for k, v in json.loads(json.dumps(base.__dict__)).items() if k not in ("name", "seed")},
-        "tried": gather_tried(root), "seeds": seeds}
+        "tried": [], "seeds": []}
+    earlier_file = RESULTS / "rl_vs_sft.json"
+    earlier = json.loads(earlier_file.read_text()) if earlier_file.exists() else None
+    out["tried"], out["seeds"] = merge_earlier(earlier, gather_tried(root), seeds, base.env, base.regime)
     print(f"-> {write_result('rl_vs_sft.json', out)}")
     return 0
 
