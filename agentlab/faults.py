@@ -1,4 +1,5 @@
-"""Fault injection: make an environment's tools fail some of the time, the way a flaky sandbox does.
+"""Fault injection: make tools, episode resets, generation and an LLM judge fail some of the time, the way a flaky
+sandbox or service does.
 
 Used by the tests and notebook 08 to show why infra failures must be retried and re-scored rather than charged
 to the policy::
@@ -12,6 +13,12 @@ is a new attempt. So the same run always fails at the same places, and a retry a
 succeed. Faults fire *before* the tool runs, so a failed call changes nothing in the episode except
 ``outcome.tool_calls``, which counts the attempt as a real fault would (the retrying caller un-counts it).
 
+Beyond tool calls: ``inject_faults(..., sites=("tool", "reset"))`` also fails episode resets;
+:func:`flaky_generation` makes the policy's generation backend drop its connection; :func:`flaky_term` is a reward
+term (an LLM judge stand-in) that times out. Each fault is an :class:`~agentlab.types.InfraError` (also a
+``TimeoutError`` or ``ConnectionError`` where it mimics one): the loop retries it and, when it persists, records the
+episode as infra, never as the policy's failure (``benchmarks/reliability.py`` measures that).
+
     >>> from agentlab.envs.lookup import LookupEnv
     >>> from agentlab.types import tool_names
     >>> tool_names(inject_faults(LookupEnv, rate=0.1)) == tool_names(LookupEnv)
@@ -21,9 +28,12 @@ succeed. Faults fire *before* the tool runs, so a failed call changes nothing in
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
-from agentlab.types import EnvSpec, InfraError, ToolEnv, seeded_rng, tool_names
+from agentlab.types import EnvSpec, InfraError, Task, ToolEnv, seeded_rng, tool_names
 
 
 class ToolCrash(InfraError):
@@ -38,6 +48,7 @@ class DroppedConnection(InfraError, ConnectionError):
     """The connection to the sandbox dropped mid-call (simulated)."""
 
 
+INJECTED: Counter = Counter()  # faults fired so far in this process, by site ("tool", "reset", "generate", "judge")
 FAULTS: dict[str, type[InfraError]] = {"exception": ToolCrash, "timeout": ToolTimeout, "dropped": DroppedConnection}
 
 
@@ -64,6 +75,8 @@ class FaultyEnv(ToolEnv):
     _fault_rate: float = 0.0
     _fault_kinds: tuple[str, ...] = tuple(FAULTS)
     _fault_seed: int = 0
+    _fault_sites: tuple[str, ...] = ("tool",)
+    _resets: ClassVar[dict[str, int]] = {}  # resets per task (per faulty class): each reset, a retried one too, is an attempt
 
     def __init__(self) -> None:
         super().__init__()
@@ -74,10 +87,19 @@ class FaultyEnv(ToolEnv):
     def reset(self, **row):
         self._fault_attempt = 0
         self._faults = []
+        if "reset" in self._fault_sites and row.get("task") is not None:
+            task = row["task"]
+            task_id = task.id if isinstance(task, Task) else Task.from_json(task).id
+            attempt = self._resets.get(task_id, 0)
+            self._resets[task_id] = attempt + 1
+            kind = fault_for(self._fault_seed, task_id + "/reset", attempt, self._fault_rate, self._fault_kinds)
+            if kind is not None:
+                INJECTED["reset"] += 1
+                raise FAULTS[kind](f"reset: injected {kind} fault (task {task_id}, attempt {attempt})")
         return super().reset(**row)
 
     def _maybe_fail(self, tool: str) -> None:
-        if self._task is None:  # not reset: let the tool's own guard answer
+        if self._task is None or "tool" not in self._fault_sites:  # not reset: the tool's own guard answers
             return
         attempt = self._fault_attempt
         self._fault_attempt += 1
@@ -86,6 +108,7 @@ class FaultyEnv(ToolEnv):
             return
         self._faults.append({"task": self._task.id, "attempt": attempt, "tool": tool, "kind": kind})
         self._fault_total += 1
+        INJECTED["tool"] += 1
         # Real environment faults happen after the tool's guard counted the call, and the rollout loop un-counts
         # a failed attempt; count it here too so both kinds of fault leave ``tool_calls`` the same.
         self._outcome.tool_calls += 1
@@ -103,10 +126,15 @@ def _faulty(name: str, method):
     return tool
 
 
+SITES = ("tool", "reset")
+
+
 def inject_faults(env_class: type[ToolEnv], rate: float, kinds: tuple[str, ...] = tuple(FAULTS),
-                  seed: int = 0) -> type[ToolEnv]:
-    """A subclass of ``env_class`` whose tool calls raise an :class:`InfraError` subclass a ``rate`` fraction of
-    the time (``kinds`` from ``"exception"``, ``"timeout"``, ``"dropped"``)."""
+                  seed: int = 0, sites: tuple[str, ...] = ("tool",)) -> type[ToolEnv]:
+    """A subclass of ``env_class`` whose tool calls (and/or resets: ``sites``) raise an :class:`InfraError` subclass
+    a ``rate`` fraction of the time (``kinds`` from ``"exception"``, ``"timeout"``, ``"dropped"``)."""
+    if not set(sites) <= set(SITES) or not sites:
+        raise ValueError(f"sites must be a non-empty subset of {SITES}, got {sites}")
     if not 0.0 <= rate <= 1.0:
         raise ValueError(f"rate must be within [0, 1], got {rate}")
     kinds = tuple(kinds)
@@ -115,11 +143,148 @@ def inject_faults(env_class: type[ToolEnv], rate: float, kinds: tuple[str, ...] 
     if not (isinstance(env_class, type) and issubclass(env_class, ToolEnv)):
         raise TypeError(f"env_class must be a ToolEnv subclass, got {env_class!r}")
     namespace = {name: _faulty(name, getattr(env_class, name)) for name in tool_names(env_class)}
-    namespace.update(_fault_rate=float(rate), _fault_kinds=kinds, _fault_seed=seed, __module__=__name__,
+    namespace.update(_fault_rate=float(rate), _fault_kinds=kinds, _fault_seed=seed, _fault_sites=tuple(sites),
+                     _resets={}, __module__=__name__,
                      __doc__=f"{env_class.__name__} with {rate:.0%} injected infra faults ({', '.join(kinds)}).")
     return type(f"Faulty{env_class.__name__}", (FaultyEnv, env_class), namespace)
 
 
-def faulty_spec(spec: EnvSpec, rate: float, kinds: tuple[str, ...] = tuple(FAULTS), seed: int = 0) -> EnvSpec:
-    """``spec`` with its environment class replaced by a faulty one (for ``run_policy`` and the rollout loop)."""
-    return replace(spec, env_class=inject_faults(spec.env_class, rate, kinds, seed))
+def faulty_spec(spec: EnvSpec, rate: float, kinds: tuple[str, ...] = tuple(FAULTS), seed: int = 0,
+                sites: tuple[str, ...] = ("tool",), name: str | None = None) -> EnvSpec:
+    """``spec`` with its environment class replaced by a faulty one (for ``run_policy`` and the rollout loop);
+    ``name``: register it under another name (``agentlab.envs.register``) to train on it by name."""
+    return replace(spec, env_class=inject_faults(spec.env_class, rate, kinds, seed, sites), name=name or spec.name)
+
+
+class _Counter:
+    def __init__(self):
+        self.n = 0
+
+    def next(self) -> int:
+        self.n += 1
+        return self.n - 1
+
+
+def flaky_generate(generate, rate: float, seed: int = 0):
+    """A generate function (``agentlab.rollout.GenerateFn``) whose calls drop their connection a ``rate`` fraction
+    of the time, like a vLLM server going away; the n-th call's fate is fixed by ``(seed, n)``."""
+    calls = _Counter()
+
+    def wrapped(seqs):
+        n = calls.next()
+        if fault_for(seed, "generate", n, rate, ("dropped",)):
+            INJECTED["generate"] += 1
+            raise DroppedConnection(f"generate: injected dropped fault (call {n})")
+        return generate(seqs)
+
+    return wrapped
+
+
+@contextmanager
+def flaky_generation(rate: float, seed: int = 0):
+    """Within the block, the loop's Hugging Face generation (``agentlab.rollout.hf_generate_fn``) is flaky
+    (:func:`flaky_generate`): lets a whole GRPO run, not only an eval, meet generation faults."""
+    from agentlab import rollout
+
+    real = rollout.hf_generate_fn
+    rollout.hf_generate_fn = lambda *a, **k: flaky_generate(real(*a, **k), rate, seed)
+    try:
+        yield
+    finally:
+        rollout.hf_generate_fn = real
+
+
+@dataclass(frozen=True)
+class FlakyTerm:
+    """A reward term standing in for an LLM judge that times out a ``rate`` fraction of its calls; when it answers,
+    it gives ``value``. Decided by ``(seed, task id, call number)``.
+
+    >>> FlakyTerm(rate=0.0, value=0.25)(None)
+    0.25
+    """
+
+    rate: float
+    seed: int = 0
+    value: float = 0.0
+    calls: _Counter = field(default_factory=_Counter, compare=False, repr=False)
+
+    def __call__(self, ep) -> float:
+        task_id = ep.task.id if ep is not None else ""
+        if fault_for(self.seed, task_id + "/judge", self.calls.next(), self.rate, ("timeout",)):
+            INJECTED["judge"] += 1
+            raise ToolTimeout(f"judge: injected timeout (task {task_id})")
+        return self.value
+
+
+# -- the reliability measurement: a short GRPO run under one fault kind and rate ---------------------------------
+
+KINDS = ("none", "tool", "reset", "generation", "judge")
+
+
+def _injected_cause(ep) -> bool:
+    """Whether an injected fault that outlived its retries is on record in this episode."""
+    texts = [c.get("result") or "" for t in ep.turns for c in t.tool_calls if c.get("error") == "infra"]
+    texts += [str(ep.metrics.get(k, "")) for k in ("reset_error", "generation_error")]
+    return any("injected" in t for t in texts) or ep.reward_terms.get("reward_infra_failure") == 1.0
+
+
+def reliability_case(kind: str, rate: float, folder, steps: int = 4, seed: int = 0, eval_tasks: int = 4) -> dict:
+    """Train GRPO for ``steps`` steps on ``lookup`` with faults of ``kind`` at ``rate``, then count what the issue's
+    reliability table asks: did the run crash, were the episodes the faults broke attributed to infra (and no
+    other), were any records lost or duplicated.
+
+    The policy (the tiny random model) is trained for real, but its *generation* replays the scripted expert
+    (``agentlab.rollout.scripted_generate_fn``): a random model never calls a tool, and tool and judge faults need
+    tool calls to strike. Trainer, loop, retries, rewards and the run folder are the real ones.
+    """
+    from pathlib import Path
+
+    from agentlab import rollout
+    from agentlab.envs import load, register
+    from agentlab.evals import read_rollouts
+    from agentlab.rewards import Reward
+    from agentlab.runs import RunDir
+    from agentlab.train import Experiment, run_grpo
+
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    base = load("lookup")
+    spec = base
+    if kind in ("tool", "reset"):
+        spec = register(faulty_spec(base, rate, seed=seed, sites=(kind,), name=f"lookup-faulty-{kind}-{rate:g}"))
+    reward = Reward({"success": 1.0, **({"judge": FlakyTerm(rate, seed)} if kind == "judge" else {})})
+    tasks = base.make_tasks("train", 8, seed=seed)
+    val = base.make_tasks("validation", eval_tasks, seed=seed)
+    exp = Experiment(name="reliability", model="tiny-random", env=spec.name, steps=steps, eval_every=2,
+                     eval_tasks=eval_tasks, groups_per_step=2, group_size=4, max_turns=3, reward=reward, seed=seed)
+    real = rollout.hf_generate_fn
+
+    def scripted(model, tok, config, greedy, seed, **kw):
+        generate = rollout.scripted_generate_fn(rollout.Renderer(tok, spec.env_class), tasks + val, base.expert)
+        return flaky_generate(generate, rate, seed) if kind == "generation" else generate
+
+    run = RunDir(Path(folder))
+    crash = None
+    INJECTED.clear()
+    rollout.hf_generate_fn = scripted
+    try:
+        run_grpo(exp, tasks, val, run=run, overwrite=True)
+    except Exception as exc:  # noqa: BLE001 — a crash is what this measures
+        crash = f"{type(exc).__name__}: {exc}"
+    finally:
+        rollout.hf_generate_fn = real
+    train_eps = read_rollouts(run.rollouts_file)[0] if run.rollouts_file.exists() else []
+    eval_eps = [ep for f in sorted((run.path / "evals").glob("*.rollouts.jsonl")) for ep in read_rollouts(f)[0]]
+    episodes = train_eps + eval_eps
+    keys = [(ep.step, ep.group, ep.sample) for ep in train_eps]
+    infra = [ep for ep in episodes if ep.failure == "infra"]
+    caused = [ep for ep in episodes if _injected_cause(ep)]
+    expected = steps * exp.groups_per_step * exp.group_size + (steps // exp.eval_every + 1) * eval_tasks
+    return {"kind": kind, "rate": rate, "faults_injected": sum(INJECTED.values()), "crashed": crash is not None,
+            "crash": crash, "episodes": len(episodes),
+            "expected_episodes": expected, "lost_records": expected - len(episodes),
+            "duplicate_records": len(keys) - len(set(keys)), "infra": len(infra),
+            "broken_by_faults": len(caused),
+            "attributed_to_infra": sum(ep.failure == "infra" for ep in caused) / len(caused) if caused else None,
+            "mislabelled_infra": sum(not _injected_cause(ep) for ep in infra),
+            "metrics_lines": sum(1 for _ in open(run.metrics_file)) if run.metrics_file.exists() else 0}

@@ -26,10 +26,13 @@ def check_reward(reward_fn, spec, n: int = 2) -> None:
 
     for task in spec.make_tasks("validation", n, seed=0):
         for policy in (p for p in (spec.expert, spec.random_policy) if p is not None):
-            ep = scripted_episode(spec, task, policy)
+            try:
+                ep = scripted_episode(spec, task, policy)
+            except (InfraError, TimeoutError, ConnectionError):
+                continue  # the environment failed while playing the episode: nothing to learn about the reward
             try:
                 total = _total(reward_fn(ep))
-            except InfraError:
+            except (InfraError, TimeoutError, ConnectionError):
                 continue  # a service being down is not a bad reward (the fault path handles it during training)
             except Exception as exc:  # noqa: BLE001 — any failure of the user's reward: one clear line
                 raise ValueError(f"the reward failed on a scripted {spec.name} episode: {type(exc).__name__}: {exc}"

@@ -214,9 +214,26 @@ def _score(reward_fn, ep: Episode, config: LoopConfig) -> tuple[float, dict] | N
     for attempt in range(config.retries + 1):
         try:
             return reward_fn(ep)
-        except (InfraError, TimeoutError, ConnectionError):
+        except INFRA_ERRORS:
             if attempt == config.retries:
                 return None
+            time.sleep(config.backoff_s * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+INFRA_ERRORS = (InfraError, TimeoutError, ConnectionError)  # a service or the environment failed, not the policy
+
+
+def _generate_with_retries(generate: GenerateFn, seqs: list[list[int]], config: LoopConfig) -> list[list[int]] | str:
+    """New tokens for ``seqs``; a generation backend that fails like a service (a vLLM server dropping the
+    connection, a timeout) is retried with backoff, and its last error returned as text when it persists. Any other
+    exception is a bug and propagates."""
+    for attempt in range(config.retries + 1):
+        try:
+            return generate(seqs)
+        except INFRA_ERRORS as exc:
+            if attempt == config.retries:
+                return f"{type(exc).__name__}: {exc}"
             time.sleep(config.backoff_s * 2**attempt)
     raise AssertionError("unreachable")
 
@@ -242,7 +259,7 @@ def _finish(live: _Live, spec: EnvSpec, exit_reason: str, infra: bool, reward_fn
     if not infra:
         try:
             live.env._finalize()
-        except (InfraError, TimeoutError, ConnectionError):
+        except INFRA_ERRORS:
             infra = True
     ep.outcome = live.env.outcome
     ep.metrics = spec.evaluate(ep.task, ep.outcome)
@@ -345,7 +362,17 @@ def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples:
                 write_episode(out, finished)
             bar.update(1)
         t0 = time.perf_counter()
-        new = generate([lv.prompt_ids + lv.completion_ids for lv in live])
+        new = _generate_with_retries(generate, [lv.prompt_ids + lv.completion_ids for lv in live], config)
+        if isinstance(new, str):  # the generation backend stayed down: every live episode is an infra failure
+            for lv in live:
+                finished = _finish(lv, spec, "error", True, reward_fn, config)
+                finished.metrics["generation_error"] = new
+                done[(finished.group, finished.sample)] = finished
+                if out is not None:
+                    write_episode(out, finished)
+                bar.update(1)
+            live = []
+            continue
         share = (time.perf_counter() - t0) / len(live)
         still = []
         for lv, new_ids in zip(live, new, strict=True):

@@ -123,11 +123,15 @@ def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: 
         for ep in episodes:  # group index unique per step: (step, group)
             run.append(run.rollouts_file, ep.to_json())
         stats.episodes = episodes
+        # An episode whose generation failed before its first token has no completion; TRL parses every
+        # completion, so it gets one EOS, masked (never trained; its reward is None as an infra episode).
+        completions = [(ep.tokens["completion_ids"], ep.tokens["mask"]) if ep.tokens["completion_ids"]
+                       else ([tokenizer.eos_token_id], [0]) for ep in episodes]
         return {
             "prompt_ids": [ep.tokens["prompt_ids"] for ep in episodes],
-            "completion_ids": [ep.tokens["completion_ids"] for ep in episodes],
+            "completion_ids": [c for c, _ in completions],
             "logprobs": None,
-            "env_mask": [ep.tokens["mask"] for ep in episodes],
+            "env_mask": [m for _, m in completions],
             "agentlab_reward": trainer_rewards(episodes),
         }
 
