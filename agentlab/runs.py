@@ -59,6 +59,14 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _parses(path: Path) -> bool:
+    try:
+        json.loads(path.read_text())
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     """``rows`` as a JSONL file, written whole or not at all (a kill leaves the old file or the new one)."""
     _atomic_write(path, "".join(json.dumps(r) + "\n" for r in rows))
@@ -147,7 +155,8 @@ class RunDir:
         return json.loads(path.read_text()) if path.exists() else None
 
     def checkpoints(self) -> list[Path]:
-        """Trainer checkpoints, oldest first (only complete ones: those with a trainer_state.json)."""
+        """Trainer checkpoints, oldest first; only complete ones: the Trainer writes ``trainer_state.json`` last, so a
+        checkpoint is complete when that file exists and parses (a kill mid-write leaves it torn)."""
         root = self.path / "checkpoints"
-        found = [p for p in root.glob("checkpoint-*") if (p / "trainer_state.json").exists()]
+        found = [p for p in root.glob("checkpoint-*") if _parses(p / "trainer_state.json")]
         return sorted(found, key=lambda p: int(p.name.split("-")[1]))

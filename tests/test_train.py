@@ -118,6 +118,75 @@ def test_resume_after_kill_minus_9(tmp_path):
     assert refused.returncode == 2 and "is finished; pass --overwrite" in out
 
 
+# A run killed (SIGKILL, nothing flushed or cleaned up) at a chosen point of step 2: half a line written, then dead.
+KILLER = """
+import json, os, signal, sys
+from agentlab import evals, runs
+from transformers.trainer_callback import TrainerState
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+point = sys.argv[1]
+if point == "rollout":  # while step 2's rollouts are being appended
+    real_append = runs.RunDir.append
+    def append(self, file, record):
+        if file == self.rollouts_file and '"step": 2' in (record if isinstance(record, str) else json.dumps(record)):
+            with open(file, "a") as fh:
+                fh.write(str(record)[:40])
+            die()
+        real_append(self, file, record)
+    runs.RunDir.append = append
+elif point == "checkpoint":  # while checkpoint-2's trainer state is being written
+    real_save = TrainerState.save_to_json
+    def save_to_json(self, path):
+        if self.global_step == 2:
+            with open(path, "w") as fh:
+                fh.write('{"global_step": 2, "log_hi')
+            die()
+        real_save(self, path)
+    TrainerState.save_to_json = save_to_json
+elif point == "eval":  # during the checkpoint-2 evaluation
+    real_write = evals.write_episode
+    def write_episode(fh, ep):
+        if "evals/step-0002" in getattr(fh, "name", ""):
+            fh.write(ep.to_json()[:50])
+            fh.flush()
+            die()
+        real_write(fh, ep)
+    evals.write_episode = write_episode
+from agentlab.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("point", ["rollout", "checkpoint", "eval"])
+def test_kill_minus_9_mid_rollout_mid_checkpoint_mid_eval_resumes_exactly(point, tmp_path):
+    """SIGKILL in the middle of a write (step 2's rollouts, checkpoint-2's trainer state, checkpoint-2's eval): the
+    next start resumes from the last complete checkpoint and the finished run holds every record exactly once."""
+    env = {**os.environ, "AGENTLAB_RUNS": str(tmp_path / "runs"), "AGENTLAB_DATA": str(tmp_path / "data")}
+    env.setdefault("AGENTLAB_CACHE", str(Path(__file__).resolve().parent.parent / "data" / "cache"))
+    synth = _cli(["synth", "--train", "8", "--validation", "2", "--test", "4", "--demos", "2"], env)
+    assert synth.wait(timeout=300) == 0, synth.stdout.read()
+    run = RunDir(tmp_path / "runs" / "resume")
+    killed = subprocess.run([sys.executable, "-c", KILLER, point, *TRAIN], env=env, capture_output=True, text=True,
+                            timeout=600, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:] + killed.stderr[-2000:]
+    assert not run.finished
+    again = _cli(TRAIN, env)
+    log = again.communicate(timeout=600)[0]
+    assert again.returncode == 0, log
+    metrics, torn = read_jsonl(run.metrics_file)
+    assert torn == 0 and [m["step"] for m in metrics] == [1, 2, 3]
+    rollouts, torn = read_jsonl(run.rollouts_file)
+    assert torn == 0 and sorted((r["step"], r["group"], r["sample"]) for r in rollouts) == [
+        (s, 0, k) for s in (1, 2, 3) for k in (0, 1)]
+    for step in range(4):
+        assert json.loads((run.evals_dir / f"step-000{step}.json").read_text())["step"] == step
+        assert len(read_jsonl(run.evals_dir / f"step-000{step}.rollouts.jsonl")[0]) == 2
+    assert run.finished and (run.path / "adapter" / "adapter_config.json").exists()
+
+
 def test_changed_config_is_not_silently_resumed(tmp_path):
     run = RunDir(tmp_path / "r")
     run.prepare(Experiment(steps=3))
