@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import sys
 from pathlib import Path
@@ -351,6 +352,14 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (ValueError, FileNotFoundError, RunExistsError, ModelLoadError, TrainingDiverged) as exc:  # one clear line
         print(f"agentlab {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = f" while writing {exc.filename}" if exc.filename else ""
+        print(f"agentlab {args.command}: error: the disk is full{where}; free some space and run the same command "
+              f"again (a run resumes from its last complete checkpoint; nothing already written is lost)",
+              file=sys.stderr)
         return 2
 
 

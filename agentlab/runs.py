@@ -108,7 +108,11 @@ class RunDir:
             raise RunExistsError(f"run {self.path} is finished; pass --overwrite to start it again, or pick "
                                  f"another --name")
         if self.config_file.exists():
-            old = json.loads(self.config_file.read_text())
+            try:
+                old = json.loads(self.config_file.read_text())
+            except ValueError:
+                raise RunExistsError(f"{self.config_file} is not valid JSON (cut by a full disk, or not written by "
+                                     f"agentlab); move {self.path} away, or pass --overwrite") from None
             new = json.loads(json.dumps(cfg))
             old.update({k: v for k, v in new.items() if k not in old and k in (defaults or {})
                         and json.loads(json.dumps(defaults[k])) == v})

@@ -70,6 +70,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--gather-only", action="store_true", help="only rebuild the JSON from finished seeds")
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated subset of the arms (default: all)")
     names = {f.name for f in fields(CompareConfig)} - {"name", "seed"}
     for name in sorted(names):
         default = getattr(CompareConfig, name)
@@ -89,7 +90,7 @@ def main(argv=None) -> int:
         else:
             from dataclasses import replace
 
-            result = run_compare(replace(base, name=name, seed=seed))
+            result = run_compare(replace(base, name=name, seed=seed), arms=tuple(args.arms.split(",")))
         seeds.append(seed_entry(result))
     out = {"env": base.env, "regime": base.regime, "model": base.model, "config": {
         k: v for k, v in json.loads(json.dumps(base.__dict__)).items() if k not in ("name", "seed")},

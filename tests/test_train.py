@@ -146,6 +146,16 @@ elif point == "checkpoint":  # while checkpoint-2's trainer state is being writt
             die()
         real_save(self, path)
     TrainerState.save_to_json = save_to_json
+elif point == "disk":  # the disk fills up while checkpoint-2's trainer state is written
+    import errno
+    real_save = TrainerState.save_to_json
+    def save_to_json(self, path):
+        if self.global_step == 2:
+            with open(path, "w") as fh:
+                fh.write('{"global_step": 2, "log_hi')
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        real_save(self, path)
+    TrainerState.save_to_json = save_to_json
 elif point == "eval":  # during the checkpoint-2 evaluation
     real_write = evals.write_episode
     def write_episode(fh, ep):
@@ -185,6 +195,39 @@ def test_kill_minus_9_mid_rollout_mid_checkpoint_mid_eval_resumes_exactly(point,
         assert json.loads((run.evals_dir / f"step-000{step}.json").read_text())["step"] == step
         assert len(read_jsonl(run.evals_dir / f"step-000{step}.rollouts.jsonl")[0]) == 2
     assert run.finished and (run.path / "adapter" / "adapter_config.json").exists()
+
+
+def test_a_full_disk_on_checkpoint_is_one_line_and_the_run_resumes(tmp_path):
+    env = {**os.environ, "AGENTLAB_RUNS": str(tmp_path / "runs"), "AGENTLAB_DATA": str(tmp_path / "data")}
+    env.setdefault("AGENTLAB_CACHE", str(Path(__file__).resolve().parent.parent / "data" / "cache"))
+    synth = _cli(["synth", "--train", "8", "--validation", "2", "--test", "4", "--demos", "2"], env)
+    assert synth.wait(timeout=300) == 0, synth.stdout.read()
+    full = subprocess.run([sys.executable, "-c", KILLER, "disk", *TRAIN], env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert full.returncode == 2 and "Traceback" not in full.stderr, full.stderr[-2000:]
+    errors = [x for x in full.stderr.splitlines() if "agentlab train: error:" in x]
+    assert len(errors) == 1 and "the disk is full while writing" in errors[0] and "checkpoint-2" in errors[0]
+    run = RunDir(tmp_path / "runs" / "resume")
+    assert [p.name for p in run.checkpoints()] == ["checkpoint-1"]  # the torn one is not taken for complete
+    again = _cli(TRAIN, env)
+    assert again.wait(timeout=600) == 0, again.stdout.read()
+    assert [m["step"] for m in read_jsonl(run.metrics_file)[0]] == [1, 2, 3] and run.finished
+
+
+def test_a_run_folder_from_an_older_version_resumes_and_a_corrupt_one_is_named(tmp_path):
+    run = RunDir(tmp_path / "r")
+    run.prepare(Experiment(steps=3), defaults=Experiment().to_config())
+    old = json.loads(run.config_file.read_text())
+    for added_since in ("loss_type", "scale_rewards", "max_nonfinite"):  # fields newer than the folder, at defaults
+        old.pop(added_since)
+    run.config_file.write_text(json.dumps(old))
+    run.prepare(Experiment(steps=3), defaults=Experiment().to_config())  # resumes
+    with pytest.raises(RunExistsError, match="different config.*loss_type"):
+        run.config_file.write_text(json.dumps(old))
+        run.prepare(Experiment(steps=3, loss_type="grpo"), defaults=Experiment().to_config())
+    run.config_file.write_text('{"steps": 3, "lr')
+    with pytest.raises(RunExistsError, match="not valid JSON"):
+        run.prepare(Experiment(steps=3))
 
 
 def test_changed_config_is_not_silently_resumed(tmp_path):
