@@ -147,7 +147,8 @@ def test_flaky_generation_and_judge_raise_infra_kinds_deterministically():
     assert fates == [faults.fault_for(3, "generate", n, 0.5, ("dropped",)) for n in range(20)] and None in fates
 
 
-@pytest.mark.parametrize("kind", ["tool", "reset", "generation", "judge"])
+@pytest.mark.parametrize("kind", ["tool", pytest.param("reset", marks=pytest.mark.slow), "generation",
+                                  pytest.param("judge", marks=pytest.mark.slow)])
 def test_a_grpo_run_under_faults_never_crashes_loses_nothing_and_blames_infra(kind, tmp_path):
     """The reliability table's measurement, small: every fault that outlives its retries is infra, nothing else is,
     and the run folder holds every rollout and metric line exactly once."""

@@ -170,7 +170,8 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-@pytest.mark.parametrize("point", ["rollout", "checkpoint", "eval"])
+@pytest.mark.parametrize("point", [pytest.param("rollout", marks=pytest.mark.slow), "checkpoint",
+                                   pytest.param("eval", marks=pytest.mark.slow)])
 def test_kill_minus_9_mid_rollout_mid_checkpoint_mid_eval_resumes_exactly(point, tmp_path):
     """SIGKILL in the middle of a write (step 2's rollouts, checkpoint-2's trainer state, checkpoint-2's eval): the
     next start resumes from the last complete checkpoint and the finished run holds every record exactly once."""
