@@ -83,11 +83,29 @@ TRAIN = ["train", "--name", "resume", "--model", "tiny-random", "--steps", "3", 
          "--eval-tasks", "2", "--groups-per-step", "1", "--group-size", "2", "--max-new-tokens", "8"]
 
 
-def test_resume_after_kill_minus_9(tmp_path):
+def _synthesised(tmp_path) -> dict:
+    """Environment variables of a fresh data and runs folder under ``tmp_path``, with lookup tasks synthesised."""
     env = {**os.environ, "AGENTLAB_RUNS": str(tmp_path / "runs"), "AGENTLAB_DATA": str(tmp_path / "data")}
     env.setdefault("AGENTLAB_CACHE", str(Path(__file__).resolve().parent.parent / "data" / "cache"))
     synth = _cli(["synth", "--train", "8", "--validation", "2", "--test", "4", "--demos", "2"], env)
     assert synth.wait(timeout=300) == 0, synth.stdout.read()
+    return env
+
+
+def _resumes_exactly(run: RunDir, env: dict, trained_rollouts) -> None:
+    """Start the same training again: it finishes, and the run holds each metric line and rollout exactly once."""
+    again = _cli(TRAIN, env)
+    log = again.communicate(timeout=600)[0]
+    assert again.returncode == 0, log
+    metrics, torn = read_jsonl(run.metrics_file)
+    assert torn == 0 and [m["step"] for m in metrics] == [1, 2, 3]
+    rollouts, torn = read_jsonl(run.rollouts_file)
+    assert torn == 0 and sorted(trained_rollouts(r) for r in rollouts) == sorted(
+        trained_rollouts({"step": s, "group": 0, "sample": k}) for s in (1, 2, 3) for k in (0, 1))
+
+
+def test_resume_after_kill_minus_9(tmp_path):
+    env = _synthesised(tmp_path)
     run = RunDir(tmp_path / "runs" / "resume")
 
     proc = _cli(TRAIN, env)
@@ -102,13 +120,7 @@ def test_resume_after_kill_minus_9(tmp_path):
     last = int(run.checkpoints()[-1].name.split("-")[1])
     (run.evals_dir / f"step-{last:04d}.json").unlink(missing_ok=True)
 
-    again = _cli(TRAIN, env)
-    log = again.communicate(timeout=600)[0]
-    assert again.returncode == 0, log
-    metrics, torn = read_jsonl(run.metrics_file)
-    assert torn == 0 and [m["step"] for m in metrics] == [1, 2, 3]
-    rollouts, torn = read_jsonl(run.rollouts_file)
-    assert torn == 0 and sorted(r["step"] for r in rollouts) == [1, 1, 2, 2, 3, 3]
+    _resumes_exactly(run, env, lambda r: r["step"])
     assert sorted(p.name for p in run.evals_dir.glob("step-*.json")) == [
         f"step-000{i}.json" for i in range(4)]
     assert run.finished and (run.path / "adapter" / "adapter_config.json").exists()
@@ -175,23 +187,13 @@ sys.exit(main(sys.argv[2:]))
 def test_kill_minus_9_mid_rollout_mid_checkpoint_mid_eval_resumes_exactly(point, tmp_path):
     """SIGKILL in the middle of a write (step 2's rollouts, checkpoint-2's trainer state, checkpoint-2's eval): the
     next start resumes from the last complete checkpoint and the finished run holds every record exactly once."""
-    env = {**os.environ, "AGENTLAB_RUNS": str(tmp_path / "runs"), "AGENTLAB_DATA": str(tmp_path / "data")}
-    env.setdefault("AGENTLAB_CACHE", str(Path(__file__).resolve().parent.parent / "data" / "cache"))
-    synth = _cli(["synth", "--train", "8", "--validation", "2", "--test", "4", "--demos", "2"], env)
-    assert synth.wait(timeout=300) == 0, synth.stdout.read()
+    env = _synthesised(tmp_path)
     run = RunDir(tmp_path / "runs" / "resume")
     killed = subprocess.run([sys.executable, "-c", KILLER, point, *TRAIN], env=env, capture_output=True, text=True,
                             timeout=600, check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:] + killed.stderr[-2000:]
     assert not run.finished
-    again = _cli(TRAIN, env)
-    log = again.communicate(timeout=600)[0]
-    assert again.returncode == 0, log
-    metrics, torn = read_jsonl(run.metrics_file)
-    assert torn == 0 and [m["step"] for m in metrics] == [1, 2, 3]
-    rollouts, torn = read_jsonl(run.rollouts_file)
-    assert torn == 0 and sorted((r["step"], r["group"], r["sample"]) for r in rollouts) == [
-        (s, 0, k) for s in (1, 2, 3) for k in (0, 1)]
+    _resumes_exactly(run, env, lambda r: (r["step"], r["group"], r["sample"]))
     for step in range(4):
         assert json.loads((run.evals_dir / f"step-000{step}.json").read_text())["step"] == step
         assert len(read_jsonl(run.evals_dir / f"step-000{step}.rollouts.jsonl")[0]) == 2
@@ -199,10 +201,7 @@ def test_kill_minus_9_mid_rollout_mid_checkpoint_mid_eval_resumes_exactly(point,
 
 
 def test_a_full_disk_on_checkpoint_is_one_line_and_the_run_resumes(tmp_path):
-    env = {**os.environ, "AGENTLAB_RUNS": str(tmp_path / "runs"), "AGENTLAB_DATA": str(tmp_path / "data")}
-    env.setdefault("AGENTLAB_CACHE", str(Path(__file__).resolve().parent.parent / "data" / "cache"))
-    synth = _cli(["synth", "--train", "8", "--validation", "2", "--test", "4", "--demos", "2"], env)
-    assert synth.wait(timeout=300) == 0, synth.stdout.read()
+    env = _synthesised(tmp_path)
     full = subprocess.run([sys.executable, "-c", KILLER, "disk", *TRAIN], env=env, capture_output=True, text=True,
                           timeout=600, check=False)
     assert full.returncode == 2 and "Traceback" not in full.stderr, full.stderr[-2000:]
@@ -210,9 +209,8 @@ def test_a_full_disk_on_checkpoint_is_one_line_and_the_run_resumes(tmp_path):
     assert len(errors) == 1 and "the disk is full while writing" in errors[0] and "checkpoint-2" in errors[0]
     run = RunDir(tmp_path / "runs" / "resume")
     assert [p.name for p in run.checkpoints()] == ["checkpoint-1"]  # the torn one is not taken for complete
-    again = _cli(TRAIN, env)
-    assert again.wait(timeout=600) == 0, again.stdout.read()
-    assert [m["step"] for m in read_jsonl(run.metrics_file)[0]] == [1, 2, 3] and run.finished
+    _resumes_exactly(run, env, lambda r: (r["step"], r["group"], r["sample"]))
+    assert run.finished
 
 
 def test_a_run_folder_from_an_older_version_resumes_and_a_corrupt_one_is_named(tmp_path):
