@@ -67,7 +67,7 @@ class CompareConfig:
 
     def __post_init__(self):
         from agentlab.envs import load
-        from agentlab.types import with_budget
+        from agentlab.experiment import with_budget
 
         parse_regime(self.regime)
         with_budget(self, load(self.env))

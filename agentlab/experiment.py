@@ -12,9 +12,17 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from agentlab.rollout import LoopConfig
-from agentlab.types import Budget
+from agentlab.types import BUDGET_FIELDS, Budget
+
 
 # TRL 1.16's GRPOConfig.loss_type and scale_rewards values (TRL implements every variant; we pass the name through).
+def with_budget(config, spec) -> None:
+    """Fill a frozen config's ``None`` budget fields (those of ``types.BUDGET_FIELDS`` it has) from ``spec.budget``."""
+    for name in BUDGET_FIELDS:
+        if getattr(config, name, 0) is None:
+            object.__setattr__(config, name, getattr(spec.budget, name))
+
+
 _NO_ENV = SimpleNamespace(budget=Budget())  # an unknown env is reported as such; its budget fields still get values
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 SCALE_REWARDS = ("group", "batch", "none")
@@ -53,8 +61,6 @@ class Experiment:
 
     def __post_init__(self):
         from agentlab.envs import load
-        from agentlab.types import with_budget
-
         errors = []
         try:
             with_budget(self, load(self.env))

@@ -15,8 +15,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from agentlab.retries import INFRA_ERRORS
 from agentlab.rewards import RewardFn, _total
-from agentlab.types import Episode, InfraError, Outcome, Task, ToolCall, Turn, call_tool, run_policy
+from agentlab.types import Episode, Outcome, Task, ToolCall, Turn, call_tool, run_policy
 
 
 def check_reward(reward_fn, spec, n: int = 2) -> None:
@@ -28,11 +29,11 @@ def check_reward(reward_fn, spec, n: int = 2) -> None:
         for policy in (p for p in (spec.expert, spec.random_policy) if p is not None):
             try:
                 ep = scripted_episode(spec, task, policy)
-            except (InfraError, TimeoutError, ConnectionError):
+            except INFRA_ERRORS:
                 continue  # the environment failed while playing the episode: nothing to learn about the reward
             try:
                 total = _total(reward_fn(ep))
-            except (InfraError, TimeoutError, ConnectionError):
+            except INFRA_ERRORS:
                 continue  # a service being down is not a bad reward (the fault path handles it during training)
             except Exception as exc:  # noqa: BLE001 — any failure of the user's reward: one clear line
                 raise ValueError(f"the reward failed on a scripted {spec.name} episode: {type(exc).__name__}: {exc}"

@@ -21,18 +21,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
+from agentlab.retries import (
+    INFRA_ERRORS,
+    call_with_retries,
+    generate_with_retries,
+    reset_with_retries,
+    score_with_retries,
+)
 from agentlab.trl_compat import cache_of, parse_response, tool_suffix_ids
 from agentlab.types import (
     BUDGET_FIELDS,
     Budget,
     EnvSpec,
     Episode,
-    InfraError,
     Task,
     ToolCall,
     ToolEnv,
     Turn,
-    call_tool,
     prompt_messages,
     tool_names,
 )
@@ -192,67 +197,6 @@ class _Live:
     gen_s: float = 0.0
 
 
-def _call_with_retries(env: ToolEnv, call: ToolCall, config: LoopConfig) -> tuple[str, str | None]:
-    """Run a tool call; an exception is an environment fault, retried with backoff, then reported as infra."""
-    counted = env.outcome.tool_calls
-    for attempt in range(config.retries + 1):
-        errors_before = env.outcome.tool_errors
-        try:
-            result = call_tool(env, call)
-            return result, ("policy" if env.outcome.tool_errors > errors_before else None)
-        except Exception as exc:  # noqa: BLE001 — InfraError, TimeoutError, a dropped connection or a tool bug
-            env.outcome.tool_calls = counted  # a failed attempt is not a call the policy made
-            if attempt == config.retries:
-                return f"{type(exc).__name__}: {exc}", "infra"
-            time.sleep(config.backoff_s * 2**attempt)
-    raise AssertionError("unreachable")
-
-
-def _score(reward_fn, ep: Episode, config: LoopConfig) -> tuple[float, dict] | None:
-    """The episode's reward; a reward that needs a service (an LLM judge) and finds it failing is retried with
-    backoff, then reported as ``None``: the service's outage, never the policy's 0."""
-    for attempt in range(config.retries + 1):
-        try:
-            return reward_fn(ep)
-        except INFRA_ERRORS:
-            if attempt == config.retries:
-                return None
-            time.sleep(config.backoff_s * 2**attempt)
-    raise AssertionError("unreachable")
-
-
-INFRA_ERRORS = (InfraError, TimeoutError, ConnectionError)  # a service or the environment failed, not the policy
-
-
-def _generate_with_retries(generate: GenerateFn, seqs: list[list[int]], config: LoopConfig) -> list[list[int]] | str:
-    """New tokens for ``seqs``; a generation backend that fails like a service (a vLLM server dropping the
-    connection, a timeout) is retried with backoff, and its last error returned as text when it persists. Any other
-    exception is a bug and propagates."""
-    for attempt in range(config.retries + 1):
-        try:
-            return generate(seqs)
-        except INFRA_ERRORS as exc:
-            if attempt == config.retries:
-                return f"{type(exc).__name__}: {exc}"
-            time.sleep(config.backoff_s * 2**attempt)
-    raise AssertionError("unreachable")
-
-
-def _reset_with_retries(make_env: Callable[[], ToolEnv], task: Task, config: LoopConfig) -> ToolEnv | str:
-    """A fresh environment reset to ``task``; a failing construction or reset (the sandbox, a corpus, a service)
-    is retried with backoff like a tool call, and its last error returned as text when it persists."""
-    for attempt in range(config.retries + 1):
-        try:
-            env = make_env()
-            env.reset(task=task.to_json())
-            return env
-        except Exception as exc:  # noqa: BLE001 — any failure to start an episode is the environment's
-            if attempt == config.retries:
-                return f"{type(exc).__name__}: {exc}"
-            time.sleep(config.backoff_s * 2**attempt)
-    raise AssertionError("unreachable")
-
-
 def _finish(live: _Live, spec: EnvSpec, exit_reason: str, infra: bool, reward_fn,
             config: LoopConfig = LoopConfig()) -> Episode:
     ep = live.episode
@@ -265,7 +209,7 @@ def _finish(live: _Live, spec: EnvSpec, exit_reason: str, infra: bool, reward_fn
     ep.metrics = spec.evaluate(ep.task, ep.outcome)
     ep.exit_reason = exit_reason
     ep.failure = "infra" if infra else (None if ep.success >= 1.0 else "model")
-    scored = _score(reward_fn, ep, config)
+    scored = score_with_retries(reward_fn, ep, config)
     if scored is None:  # the reward's service failed: infra, left out of training and of success rates
         ep.failure, scored = "infra", (0.0, {"reward_infra_failure": 1.0})
     total, terms = scored
@@ -296,7 +240,7 @@ def _step(live: _Live, new_ids: list[int], renderer: Renderer, spec: EnvSpec, co
     for raw in calls:
         fn = raw.get("function", {})
         call = ToolCall(str(fn.get("name", "")), fn.get("arguments", {}))
-        result, error = _call_with_retries(live.env, call, config)
+        result, error = call_with_retries(live.env, call, config)
         record = {"name": call.name, "arguments": call.arguments, "result": result, "error": error}
         seen = observe(ep, call, result) if observe is not None and error != "infra" else result
         if seen != result:
@@ -348,7 +292,7 @@ def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples:
         while pending and len(live) < config.batch_size:
             g, s, task = pending.pop(0)
             ep = Episode(task=task, group=g, sample=s, step=step, model_id=model_id, config_id=config_id)
-            env = _reset_with_retries(make_env, task, config)
+            env = reset_with_retries(make_env, task, config)
             if isinstance(env, ToolEnv):
                 live.append(_Live(ep, env, renderer.prompt_ids(task, env)))
                 continue
@@ -362,7 +306,7 @@ def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples:
                 write_episode(out, finished)
             bar.update(1)
         t0 = time.perf_counter()
-        new = _generate_with_retries(generate, [lv.prompt_ids + lv.completion_ids for lv in live], config)
+        new = generate_with_retries(generate, [lv.prompt_ids + lv.completion_ids for lv in live], config)
         if isinstance(new, str):  # the generation backend stayed down: every live episode is an infra failure
             for lv in live:
                 finished = _finish(lv, spec, "error", True, reward_fn, config)

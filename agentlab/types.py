@@ -1,12 +1,9 @@
 """The few types every part of agentlab shares: tasks, tool calls, episodes, and the environment base class.
 
-An *environment* is tasks + tools + a verifier. Each one lives in ``agentlab/envs/<name>.py`` and exposes an
-:class:`EnvSpec` as ``SPEC``; ``agentlab.envs.load(name)`` returns it. The environment class itself is what TRL's
-``GRPOTrainer(environment_factory=spec.env_class)`` instantiates, and what our own loop in ``agentlab.rollout``
-drives, so the two can never disagree about tools.
-
-TRL exposes **every public method** of the environment class as a tool (in alphabetical order), except ``reset``
-and ``get_reward``. Helpers on an environment class must therefore start with an underscore.
+An *environment* is tasks + tools + a verifier: an :class:`EnvSpec` (``agentlab.envs.load(name)``). Its class is what
+TRL's ``GRPOTrainer(environment_factory=...)`` and our loop (``agentlab.rollout``) both drive, so they never disagree
+about tools: TRL exposes **every public method** (alphabetically) except ``reset`` and ``get_reward``, so helpers on
+an environment class must start with an underscore.
 
 Example (a scripted episode, no model)::
 
@@ -20,6 +17,7 @@ Example (a scripted episode, no model)::
 
 from __future__ import annotations
 
+import inspect
 import json
 import random
 from collections.abc import Callable, Generator
@@ -158,12 +156,8 @@ class Episode:
 
 
 class InfraError(RuntimeError):
-    """Raised by a tool when the *environment* failed (database gone, timeout, dropped connection).
-
-    Policy mistakes (bad ids, malformed arguments) are returned to the agent as short error strings instead.
-    The rollout loop retries InfraError with backoff and, if it persists, records the episode as an infra
-    failure so it is never counted against the model.
-    """
+    """Raised when the *environment* failed (database gone, timeout, dropped connection): retried, then recorded as
+    infra (``agentlab.retries``). Policy mistakes (bad ids, malformed arguments) are answered as error strings."""
 
 
 class ToolEnv:
@@ -171,10 +165,8 @@ class ToolEnv:
 
     Contract, shared with TRL's ``environment_factory``:
 
-    * ``reset(**row)`` receives a dataset row; the row's ``task`` column holds ``Task.to_json()``. It returns
-      ``None`` because the question is already in the prompt.
-    * tool methods return short strings; bad arguments give an ``"Error: …"`` string, never an exception
-      (TRL would count an exception as a tool failure, our loop as a policy error).
+    * ``reset(**row)`` receives a dataset row (its ``task`` column: ``Task.to_json()``); returns ``None``.
+    * tool methods return short strings; bad arguments give an ``"Error: …"`` string, never an exception.
     * ``get_reward()`` scores the finished episode with the environment's default reward (used by TRL).
     * ``done`` turns true when the final-answer tool has been called; later tool calls are refused.
     """
@@ -197,10 +189,8 @@ class ToolEnv:
         return None
 
     def get_reward(self) -> float:
-        """The environment's default reward of the episode so far (TRL's ``environment_factory`` reads it).
-
-        The class learns its :class:`EnvSpec` when the spec is built (``EnvSpec.__post_init__``), so no registry
-        lookup (and no import of ``agentlab.envs``) is needed here."""
+        """The default reward of the episode so far (TRL's ``environment_factory`` reads it), from the class's
+        :class:`EnvSpec` (set when the spec is built: no registry lookup)."""
         spec = getattr(type(self), "_spec", None)
         if spec is None:
             raise RuntimeError(f"{type(self).__name__} has no EnvSpec, so no default reward: build one with "
@@ -274,9 +264,7 @@ def tool(method):
 
 @dataclass(frozen=True)
 class Budget:
-    """What one episode of an environment may spend: its turns, tokens per turn and whole context. Written once,
-    in the environment's :class:`EnvSpec`; training, evaluation, the quickstart and comparisons derive from it
-    unless told otherwise."""
+    """What one episode may spend, written once in its :class:`EnvSpec`; configs derive theirs from it."""
 
     max_turns: int = 4            # assistant generations per episode
     max_new_tokens: int = 96      # per turn
@@ -284,13 +272,6 @@ class Budget:
 
 
 BUDGET_FIELDS = ("max_turns", "max_new_tokens", "max_context")
-
-
-def with_budget(config, spec: EnvSpec) -> None:
-    """Fill a frozen config's ``None`` budget fields (of :data:`BUDGET_FIELDS` it has) from ``spec.budget``."""
-    for name in BUDGET_FIELDS:
-        if getattr(config, name, 0) is None:
-            object.__setattr__(config, name, getattr(spec.budget, name))
 
 
 # A scripted policy is a generator: it yields tool calls and receives each call's result string.
@@ -369,8 +350,6 @@ def call_tool(env: ToolEnv, call: ToolCall) -> str:
     if not isinstance(call.arguments, dict):
         env.outcome.tool_calls += 1
         return env._error(f"arguments must be a JSON object, got {type(call.arguments).__name__}")
-    import inspect
-
     try:  # wrong or missing argument names: the policy's mistake, counted once, answered with an error
         inspect.signature(method).bind(env, **call.arguments)
     except TypeError as exc:
@@ -383,13 +362,8 @@ def call_tool(env: ToolEnv, call: ToolCall) -> str:
 def tool_names(env: ToolEnv | type[ToolEnv]) -> list[str]:
     """Tool method names in the order TRL renders them (alphabetical, public, not reset/get_reward)."""
     cls = env if isinstance(env, type) else type(env)
-    import inspect
-
-    return [
-        n
-        for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
-        if not n.startswith("_") and n not in ("reset", "get_reward")
-    ]
+    return [n for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
+            if not n.startswith("_") and n not in ("reset", "get_reward")]
 
 
 def run_policy(spec: EnvSpec, task: Task, policy: Policy, max_calls: int = 30) -> tuple[Outcome, list[tuple]]:
