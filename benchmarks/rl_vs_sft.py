@@ -43,13 +43,25 @@ def seed_entry(result: dict) -> dict:
 
 
 def gather_tried(root: Path) -> list[dict]:
-    """Every setting any comparison under ``root`` tried, with its validation figure (finished or not)."""
+    """Every setting any comparison under ``root`` tried, with its validation figure (finished or not: the
+    checkpoint evaluations of a GRPO run still going, or stopped, count too)."""
+    from agentlab.evals import success_entry
+
     tried = []
     for path in sorted(root.rglob("tried.json")):
         record = json.loads(path.read_text())
-        for point in record["tried"]:
-            tried.append({"run": str(path.parent.relative_to(root)), "env": record["env"], "seed": record["seed"],
-                          **point})
+        run = str(path.parent.relative_to(root))
+        points = [{"run": run, "env": record["env"], "seed": record["seed"], **p} for p in record["tried"]]
+        config = json.loads((path.parent / "config.json").read_text())
+        if not any(p["arm"] == "grpo" for p in points):
+            for f in sorted((path.parent / "grpo" / "evals").glob("step-*.json")):
+                summary = json.loads(f.read_text())
+                if summary["step"] > 0:
+                    points.append({"run": run, "env": record["env"], "seed": record["seed"], "arm": "grpo",
+                                   "regime": config["regime"], "lr": config["grpo_lr"], "steps": summary["step"],
+                                   "temperature": config["temperature"], "finished": False,
+                                   "validation": success_entry(summary)})
+        tried += points
     return tried
 
 

@@ -27,3 +27,21 @@ def test_seeds_of_another_regime_are_not_mixed_in():
                "seeds": [{"seed": 0, "n": 200}]}
     tried, seeds = merge_earlier(earlier, [], [], "product_finder", "cheap:64")
     assert len(tried) == 1 and seeds == []
+
+
+def test_checkpoint_evals_of_an_unfinished_grpo_run_are_gathered(tmp_path):
+    import json
+
+    from rl_vs_sft import gather_tried
+
+    folder = tmp_path / "pf" / "seed-0"
+    (folder / "grpo" / "evals").mkdir(parents=True)
+    (folder / "tried.json").write_text(json.dumps({"env": "product_finder", "seed": 0, "tried": [
+        {"arm": "sft_best", "regime": "cheap:64", "lr": 3e-4, "steps": 16, "validation": {"success": 0.375}}]}))
+    (folder / "config.json").write_text(json.dumps({"regime": "cheap:64", "grpo_lr": 2e-4, "temperature": 1.0}))
+    for step, mean in ((0, 0.375), (5, 0.4)):
+        (folder / "grpo" / "evals" / f"step-{step:04d}.json").write_text(json.dumps(
+            {"step": step, "success": {"mean": mean, "ci_low": 0.2, "ci_high": 0.6, "n": 64}}))
+    tried = gather_tried(tmp_path)
+    assert [(t["arm"], t["steps"]) for t in tried] == [("sft_best", 16), ("grpo", 5)]  # step 0 is sft_best itself
+    assert tried[1]["validation"]["success"] == 0.4 and tried[1]["finished"] is False and tried[1]["run"] == "pf/seed-0"
