@@ -14,7 +14,7 @@ succeed. Faults fire *before* the tool runs, so a failed call changes nothing in
 ``outcome.tool_calls``, which counts the attempt as a real fault would (the retrying caller un-counts it).
 
 Beyond tool calls: ``inject_faults(..., sites=("tool", "reset"))`` also fails episode resets;
-:func:`flaky_generation` makes the policy's generation backend drop its connection; :func:`flaky_term` is a reward
+:func:`flaky_generate` wraps a generate function so that it drops its connection; :class:`FlakyTerm` is a reward
 term (an LLM judge stand-in) that times out. Each fault is an :class:`~agentlab.types.InfraError` (also a
 ``TimeoutError`` or ``ConnectionError`` where it mimics one): the loop retries it and, when it persists, records the
 episode as infra, never as the policy's failure (``benchmarks/reliability.py`` measures that).
@@ -28,8 +28,9 @@ episode as infra, never as the policy's failure (``benchmarks/reliability.py`` m
 from __future__ import annotations
 
 import functools
+import itertools
 from collections import Counter
-from contextlib import contextmanager
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
@@ -156,42 +157,19 @@ def faulty_spec(spec: EnvSpec, rate: float, kinds: tuple[str, ...] = tuple(FAULT
     return replace(spec, env_class=inject_faults(spec.env_class, rate, kinds, seed, sites), name=name or spec.name)
 
 
-class _Counter:
-    def __init__(self):
-        self.n = 0
-
-    def next(self) -> int:
-        self.n += 1
-        return self.n - 1
-
-
 def flaky_generate(generate, rate: float, seed: int = 0):
     """A generate function (``agentlab.rollout.GenerateFn``) whose calls drop their connection a ``rate`` fraction
     of the time, like a vLLM server going away; the n-th call's fate is fixed by ``(seed, n)``."""
-    calls = _Counter()
+    calls = itertools.count()
 
     def wrapped(seqs):
-        n = calls.next()
+        n = next(calls)
         if fault_for(seed, "generate", n, rate, ("dropped",)):
             INJECTED["generate"] += 1
             raise DroppedConnection(f"generate: injected dropped fault (call {n})")
         return generate(seqs)
 
     return wrapped
-
-
-@contextmanager
-def flaky_generation(rate: float, seed: int = 0):
-    """Within the block, the loop's Hugging Face generation (``agentlab.rollout.hf_generate_fn``) is flaky
-    (:func:`flaky_generate`): lets a whole GRPO run, not only an eval, meet generation faults."""
-    from agentlab import rollout
-
-    real = rollout.hf_generate_fn
-    rollout.hf_generate_fn = lambda *a, **k: flaky_generate(real(*a, **k), rate, seed)
-    try:
-        yield
-    finally:
-        rollout.hf_generate_fn = real
 
 
 @dataclass(frozen=True)
@@ -206,11 +184,11 @@ class FlakyTerm:
     rate: float
     seed: int = 0
     value: float = 0.0
-    calls: _Counter = field(default_factory=_Counter, compare=False, repr=False)
+    calls: Iterator[int] = field(default_factory=itertools.count, compare=False, repr=False)
 
     def __call__(self, ep) -> float:
         task_id = ep.task.id if ep is not None else ""
-        if fault_for(self.seed, task_id + "/judge", self.calls.next(), self.rate, ("timeout",)):
+        if fault_for(self.seed, task_id + "/judge", next(self.calls), self.rate, ("timeout",)):
             INJECTED["judge"] += 1
             raise ToolTimeout(f"judge: injected timeout (task {task_id})")
         return self.value

@@ -223,7 +223,7 @@ def agent_trainer_class():
     class AgentGRPOTrainer(GRPOTrainer):
         # Thin timing hooks: generation happens inside _prepare_inputs, the policy forward in compute_loss,
         # the rest of training_step is backward + optimiser.
-        shared_prefix = COMPATIBLE  # set False to get TRL's own forward (benchmarks, tests)
+        shared_prefix = True  # set False to get TRL's own forward (benchmarks, tests); COMPATIBLE gates it too
 
         def __init__(self, *a, **k):
             self.timing: dict[str, float] = {}
