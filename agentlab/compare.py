@@ -14,6 +14,7 @@ Every arm is evaluated greedily on the same test tasks, once, after its checkpoi
 ``sft_matched``  ``sft_best``'s SFT continued on the same demonstrations for GRPO's training wall-clock
 ``rft``          rejection-sampling fine-tuning from ``sft_best`` for GRPO's wall-clock: sample G rollouts per task,
                  keep the verified successes, SFT on them with the demonstrations (uses the verifier, like GRPO)
+               (both save as many checkpoints as GRPO is evaluated at, and keep the best on validation, as GRPO does)
 ``sft_all``      a reference, not a baseline: SFT on plentiful expert demonstrations (what the regime withholds)
 ===============  ===================================================================================================
 
@@ -269,20 +270,48 @@ class Comparison:
         self.run.write_json("grpo/choice.json", choice)
         return choice
 
-    def sft_matched(self, start: dict, budget_s: float) -> dict:
-        """``sft_best``'s SFT continued on the same demonstrations for GRPO's training seconds."""
+    def checkpoints(self) -> int:
+        """How many checkpoints a time-matched arm saves and scores on validation: as many as GRPO's evaluations."""
+        return max(1, self.cfg.grpo_steps // max(1, self.cfg.eval_every))
+
+    def choose(self, arm: str, folder: Path, lr: float, val: list[Task]) -> dict:
+        """Score each checkpoint a time-budgeted SFT run saved on validation; the best (ties: the earlier one).
+
+        The same selection GRPO gets (its best validation checkpoint): a baseline that only kept its last
+        adapter would be a weaker baseline, not a compute-matched one.
+        """
+        summary = json.loads((folder / "sft_summary.json").read_text())
+        best = None
+        for s in summary.get("saved_steps") or [summary["steps"]]:
+            adapter = folder / f"adapter-step-{s}"
+            if not (adapter / "adapter_config.json").exists():
+                adapter = folder / "adapter"
+            scored = self._timed(f"{arm}_steps={s}_validation", self.evaluate, folder / f"validation-step-{s}",
+                                 adapter, val, f"{arm} steps={s}")
+            point = {"arm": arm, "regime": self.cfg.regime, "lr": lr, "steps": s, "validation": success_entry(scored)}
+            self._tried(point)
+            if best is None or point["validation"]["success"] > best[0]["validation"]["success"]:
+                best = (point, adapter)
+        point, adapter = best
+        return {"adapter": str(adapter), "extra_steps": point["steps"], "validation": point["validation"],
+                "steps_run": summary["steps"], "seconds": summary["seconds"]}
+
+    def sft_matched(self, start: dict, budget_s: float, val: list[Task]) -> dict:
+        """``sft_best``'s SFT continued on the same demonstrations for GRPO's training seconds, checkpoints chosen
+        on validation."""
         from agentlab.train import run_sft
 
         folder = self.run.path / "sft_matched"
         if not (folder / "adapter" / "adapter_config.json").exists():
             run_sft(self.cfg.model, self.demos(), folder, self.sft_settings(start["lr"], 100_000),
-                    init_adapter=start["adapter"], max_seconds=budget_s)
-        summary = json.loads((folder / "sft_summary.json").read_text())
-        return {"adapter": str(folder / "adapter"), "extra_steps": summary["steps"], "seconds": summary["seconds"]}
+                    init_adapter=start["adapter"], max_seconds=budget_s, save_every_s=budget_s / self.checkpoints())
+        choice = self.choose("sft_matched", folder, start["lr"], val)
+        self.run.write_json("sft_matched/choice.json", choice)
+        return choice
 
-    def rft(self, start: dict, budget_s: float, train: list[Task]) -> dict:
+    def rft(self, start: dict, budget_s: float, train: list[Task], val: list[Task]) -> dict:
         """Rejection sampling for half of GRPO's seconds, then SFT on verified successes (one per task) plus the
-        demonstrations for the other half, from ``sft_best``."""
+        demonstrations for the other half, from ``sft_best``, checkpoints chosen on validation."""
         from agentlab.evals import read_rollouts, repair_rollouts
         from agentlab.models import load_policy
         from agentlab.rollout import run_episodes
@@ -318,15 +347,15 @@ class Comparison:
                 if ep.success >= 1.0 and ep.failure is None:
                     kept.setdefault(ep.task.id, ep)
             rows = self.demos() + [episode_sft_row(ep) for ep in kept.values()]
+            left = max(1.0, budget_s - spent)
             run_sft(self.cfg.model, rows, folder, self.sft_settings(start["lr"], 100_000),
-                    init_adapter=start["adapter"], max_seconds=max(1.0, budget_s - spent))
+                    init_adapter=start["adapter"], max_seconds=left, save_every_s=left / self.checkpoints())
             self.run.write_json("rft/pool.json", {"tasks_sampled": len({ep.task.id for ep in episodes}),
                                                   "episodes": len(episodes), "kept": len(kept),
                                                   "sampling_s": spent})
-        pool = self.run.read_json("rft/pool.json")
-        summary = json.loads((folder / "sft_summary.json").read_text())
-        return {"adapter": str(folder / "adapter"), **pool, "sft_steps": summary["steps"],
-                "sft_seconds": summary["seconds"]}
+        choice = {**self.choose("rft", folder, start["lr"], val), **self.run.read_json("rft/pool.json")}
+        self.run.write_json("rft/choice.json", choice)
+        return choice
 
 
 def run_compare(cfg: CompareConfig, arms: tuple[str, ...] = ARMS, overwrite: bool = False) -> dict:
@@ -352,10 +381,10 @@ def run_compare(cfg: CompareConfig, arms: tuple[str, ...] = ARMS, overwrite: boo
         budget = policies["grpo"]["train_seconds"]
         if "sft_matched" in arms:
             _say(f"[{cfg.name}] sft_matched: SFT continued for GRPO's {budget:.0f} s")
-            policies["sft_matched"] = cmp._timed("sft_matched", cmp.sft_matched, best, budget)
+            policies["sft_matched"] = cmp._timed("sft_matched", cmp.sft_matched, best, budget, val)
         if "rft" in arms:
             _say(f"[{cfg.name}] rft: rejection sampling + SFT for GRPO's {budget:.0f} s")
-            policies["rft"] = cmp._timed("rft", cmp.rft, best, budget, splits["train"])
+            policies["rft"] = cmp._timed("rft", cmp.rft, best, budget, splits["train"], val)
     if "sft_all" in arms:
         _say(f"[{cfg.name}] sft_all (reference): {cfg.sft_all_demos} expert demonstrations at lr {best['lr']:g}")
         policies["sft_all"] = cmp.sft_search("sft_all", cmp.demos("demos_all"), (best["lr"],), val)

@@ -28,14 +28,16 @@ class SFTSettings:
 
 def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSettings = SFTSettings(),
             report_to: tuple[str, ...] = (), save_at: tuple[int, ...] = (), init_adapter: str | Path | None = None,
-            max_seconds: float | None = None) -> Path:
+            max_seconds: float | None = None, save_every_s: float | None = None) -> Path:
     """LoRA SFT with TRL's SFTTrainer, loss on assistant tokens only (prompts and tool results masked).
 
     ``demos``: conversations (``expert_demos`` rows) or pre-tokenized rows (``input_ids`` + ``assistant_masks``,
     e.g. verified rollouts for rejection-sampling fine-tuning). ``save_at``: also save the adapter after these
     steps, as ``adapter-step-N`` (one run gives every point of a steps search). ``init_adapter``: continue
     training that LoRA instead of a fresh one. ``max_seconds``: stop after the first step that ends past this
-    wall-clock budget (compute-matched baselines); ``settings.steps`` stays the upper bound.
+    wall-clock budget (compute-matched baselines); ``settings.steps`` stays the upper bound. ``save_every_s``: also
+    save ``adapter-step-N`` after the first step past each multiple of these seconds (checkpoints of a time-budgeted
+    run, for choosing one on validation as GRPO's checkpoints are).
     """
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -64,9 +66,14 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
 
     class Checkpoints(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, **kw):
-            if state.global_step in save_at:
+            elapsed = time.time() - t0
+            due = save_every_s is not None and elapsed >= save_every_s * (len(timed) + 1)
+            if due:
+                timed.append(state.global_step)
+            if state.global_step in save_at or due:
                 model.save_pretrained(out_dir / f"adapter-step-{state.global_step}")
-            if max_seconds is not None and time.time() - t0 >= max_seconds:
+                saved.append(state.global_step)
+            if max_seconds is not None and elapsed >= max_seconds:
                 control.should_training_stop = True
 
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
@@ -80,7 +87,7 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
 
         if trainer.pop_callback(NotebookProgressCallback) is not None:
             trainer.add_callback(ProgressCallback)
-    t0 = time.time()
+    t0, saved, timed = time.time(), [], []
     trainer.train()
     adapter = out_dir / "adapter"
     trainer.model.save_pretrained(adapter)
@@ -88,5 +95,5 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
     (out_dir / "sft_summary.json").write_text(json.dumps(
         {"steps": trainer.state.global_step, "demos": len(demos), "seconds": time.time() - t0,
          "loss_first": losses[0], "loss_last": losses[-1], "losses": losses, "settings": asdict(settings),
-         "init_adapter": str(init_adapter) if init_adapter else None}, indent=2))
+         "init_adapter": str(init_adapter) if init_adapter else None, "saved_steps": saved}, indent=2))
     return adapter

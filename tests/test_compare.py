@@ -83,7 +83,13 @@ def test_every_arm_end_to_end_and_resume(tmp_path, monkeypatch):
     # compute matching: both baselines ran for (about) GRPO's training seconds, and no longer than a step over
     grpo_s = saved["choices"]["grpo"]["train_seconds"]
     assert saved["choices"]["sft_matched"]["seconds"] >= grpo_s
-    assert saved["choices"]["rft"]["sampling_s"] + saved["choices"]["rft"]["sft_seconds"] >= grpo_s
+    assert saved["choices"]["rft"]["sampling_s"] + saved["choices"]["rft"]["seconds"] >= grpo_s
+    # ...and each kept the best of its checkpoints on validation, as GRPO does (never simply its last adapter)
+    for arm in ("sft_matched", "rft"):
+        points = [t for t in saved["tried"] if t["arm"] == arm]
+        assert len(points) >= 1 and {t["steps"] for t in points} <= set(range(1, saved["choices"][arm]["steps_run"] + 1))
+        best = max(t["validation"]["success"] for t in points)
+        assert saved["choices"][arm]["validation"]["success"] == best
     assert (run / "result.png").stat().st_size > 10_000
     # resume: a finished comparison is read back, not redone
     stamps = {p: p.stat().st_mtime_ns for p in run.rglob("adapter_model.safetensors")}
