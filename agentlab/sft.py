@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from agentlab.experiment import _bf16, _cuda, _threads, lora_config
+from agentlab.trl_compat import scored_positions_only
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,8 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
         if trainer.pop_callback(NotebookProgressCallback) is not None:
             trainer.add_callback(ProgressCallback)
     t0, saved, timed = time.time(), [], []
-    trainer.train()
+    with scored_positions_only():
+        trainer.train()
     adapter = out_dir / "adapter"
     trainer.model.save_pretrained(adapter)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]

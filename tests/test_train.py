@@ -1,5 +1,6 @@
 """Training path: config validation, SFT rows, TRL configuration, kill -9 resume, and a quickstart smoke run."""
 
+import copy
 import json
 import os
 import signal
@@ -276,16 +277,24 @@ def test_tracking_is_opt_in_and_wandb_defaults_to_offline(tmp_path, monkeypatch)
     assert os.environ["WANDB_MODE"] == "offline"
 
 
-def test_shared_prefix_forward_matches_trl_logps_and_gradients(tiny, tmp_path, scripted_batch):
-    """The shared-prefix forward computes the same per-token log-probs and LoRA gradients as TRL's own."""
+@pytest.mark.parametrize("buckets", ["by_length", "one", "each_row"])
+def test_shared_prefix_forward_matches_trl_logps_and_gradients(tiny, tmp_path, scripted_batch, monkeypatch, buckets):
+    """The shared-prefix forward computes the same per-token log-probs and LoRA gradients as TRL's own, however the
+    remainders are bucketed (by length, all in one, each row alone)."""
     import torch
+
+    from agentlab import trl_compat
+
+    if buckets != "by_length":
+        monkeypatch.setattr(trl_compat, "_length_buckets", lambda lengths: [list(range(len(lengths)))]
+                            if buckets == "one" else [[i] for i in range(len(lengths))])
     from datasets import Dataset
     from peft import get_peft_model
 
     from agentlab.train import agent_trainer_class, agentlab_reward, lora_config
 
     base, tok = tiny
-    model = get_peft_model(base, lora_config(4))
+    model = get_peft_model(copy.deepcopy(base), lora_config(4))  # the session's tiny model stays unwrapped
     with torch.no_grad():  # non-zero LoRA B so the adapter matters
         for name, p in model.named_parameters():
             if "lora_B" in name:
