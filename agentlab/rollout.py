@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
-from agentlab.episode_cache import EpisodeCache
 from agentlab.retries import (
     INFRA_ERRORS,
     call_with_retries,
@@ -29,7 +28,7 @@ from agentlab.retries import (
     reset_with_retries,
     score_with_retries,
 )
-from agentlab.trl_compat import cache_of, cache_states, parse_response, tool_suffix_ids
+from agentlab.trl_compat import cache_of, parse_response, tool_suffix_ids
 from agentlab.types import (
     BUDGET_FIELDS,
     Budget,
@@ -128,10 +127,8 @@ def hf_generate_fn(model, tokenizer, config: LoopConfig, greedy: bool, seed: int
     ~400 prompt tokens on ``lookup``), and without a cache every turn re-encodes the whole conversation. We
     encode the batch's longest common prefix once, then lay rows out as ``prefix | pads | rest`` — the
     attention mask hides the pads and position ids come from the mask, so each row computes exactly what it
-    would alone (``tests/test_rollout.py`` compares against uncached generation). A row that continues an
-    episode from an earlier call resumes from the states it ended that call with (``agentlab.episode_cache``):
-    a turn encodes only its tool result. Weights must not change while this function is in use:
-    ``run_episodes`` makes a new one per call.
+    would alone (``tests/test_rollout.py`` compares against uncached generation). Weights must not change
+    while this function is in use: ``run_episodes`` makes a new one per call.
 
     Precision: ``config.precision`` "auto" decodes with a bf16 copy of the weights (LoRA merged in) on CPUs with
     bf16 hardware (``agentlab.precision.for_generation``), fp32 ``model`` itself elsewhere.
@@ -145,14 +142,13 @@ def hf_generate_fn(model, tokenizer, config: LoopConfig, greedy: bool, seed: int
     model = for_generation(model, config.precision)
     calls = [0]
     cached: dict = {}
-    episodes = EpisodeCache() if prefix_cache else None
 
     def encode_prefix(prefix: tuple[int, ...]):
         if cached.get("key") != prefix:
             with torch.no_grad():
                 out = model(input_ids=torch.tensor([prefix]), use_cache=True)
             cached.update(key=prefix, cache=cache_of(out))
-        return cached["cache"]
+        return copy.deepcopy(cached["cache"])
 
     def generate(seqs: list[list[int]]) -> list[list[int]]:
         pad = tokenizer.pad_token_id
@@ -161,44 +157,29 @@ def hf_generate_fn(model, tokenizer, config: LoopConfig, greedy: bool, seed: int
             first, shortest = seqs[0], min(map(len, seqs))
             while shared < shortest - 1 and all(s[shared] == first[shared] for s in seqs):
                 shared += 1
-        kwargs, kept = {}, [0] * len(seqs)
-        prefix = encode_prefix(tuple(seqs[0][:shared])) if shared else None
-        resumable = episodes is not None and (cache_states(prefix) is not None if shared else
-                                              all(episodes.find(s) is not None for s in seqs))
-        if resumable:
-            if episodes.template is None:
-                episodes.template = prefix
-            ids, attn, past, kept = episodes.batch(seqs, shared, prefix, pad)
+        rests = [s[shared:] for s in seqs]
+        width = max(map(len, rests))
+        ids = torch.tensor([seqs[0][:shared] + [pad] * (width - len(r)) + r for r in rests])
+        attn = torch.tensor([[1] * shared + [0] * (width - len(r)) + [1] * len(r) for r in rests])
+        kwargs = {}
+        if shared:
+            past = encode_prefix(tuple(seqs[0][:shared]))
+            past.batch_repeat_interleave(len(seqs))
             kwargs["cache"] = past
-        else:  # the shared prefix's cache repeated (a cache kind whose states we do not lay out), or none
-            rests = [s[shared:] for s in seqs]
-            width = max(map(len, rests))
-            ids = torch.tensor([seqs[0][:shared] + [pad] * (width - len(r)) + r for r in rests])
-            attn = torch.tensor([[1] * shared + [0] * (width - len(r)) + [1] * len(r) for r in rests])
-            if shared:
-                past = copy.deepcopy(prefix)
-                past.batch_repeat_interleave(len(seqs))
-                kwargs["cache"] = past
-                kept = [shared] * len(seqs)
         torch.manual_seed(seed * 1_000_003 + calls[0])  # reproducible from the seed, different per call
         calls[0] += 1
         sampling = {"do_sample": False} if greedy or config.temperature == 0 else {
             "do_sample": True, "temperature": config.temperature, "top_p": config.top_p, "top_k": 0}
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=config.max_new_tokens,
-                                 pad_token_id=pad, eos_token_id=tokenizer.eos_token_id, return_dict_in_generate=True,
-                                 **sampling, **kwargs)
+                                 pad_token_id=pad, eos_token_id=tokenizer.eos_token_id, **sampling, **kwargs)
         result = []
-        for row in out.sequences[:, ids.shape[1]:].tolist():
+        for row in out[:, ids.shape[1]:].tolist():
             if tokenizer.eos_token_id in row:
                 row = row[: row.index(tokenizer.eos_token_id) + 1]
             result.append(row)
-        generate.encoded.append(sum(len(s) - k for s, k in zip(seqs, kept, strict=True)))
-        if episodes is not None:
-            episodes.keep(seqs, result, cache_of(out), ids.shape[1], kept, ids.shape[1] - max(kept))
         return result
 
-    generate.encoded = []  # tokens each call encoded before decoding (what the caches saved shows here)
     return generate
 
 

@@ -31,9 +31,6 @@ coupling                        internals it relies on                          
 ``trl_reward_func``             ``environments=``/``log_metric=`` keywords of      none: only for TRL's own
                                 ``GRPOTrainer._calculate_rewards``                 ``environment_factory`` loop
 ``cache_of``                    ``out.cache`` or ``out.past_key_values``           none
-``cache_states``,               a ``DynamicCache``'s ``layers[i].keys/.values``    another cache kind: ``None``, so
-``cache_from_states``           (``DynamicLayer``), copied shallowly              episodes are not resumed
-                                                                                  (``agentlab.episode_cache``)
 ==============================  ===============================================  =================================
 
 Each coupling has a test against the pinned versions (``tests/test_train.py``, ``tests/test_precision.py``,
@@ -180,34 +177,15 @@ def _length_buckets(lengths: list[int], waste: float = 0.25) -> list[list[int]]:
 def _repeated(cache, n: int):
     """A read-only copy of a one-row prefix cache with its states repeated for ``n`` rows (gradients sum back
     through the repeat into the prefix's forward)."""
-    out = cache_from_states(cache, [(k.repeat_interleave(n, 0), v.repeat_interleave(n, 0))
-                                    for k, v in cache_states(cache, any_layer=True)])
-    _read_only(out)
-    return out
-
-
-def cache_states(cache, any_layer: bool = False) -> list[tuple] | None:
-    """Each layer's ``(keys, values)`` (``[batch, kv_heads, seq, head_dim]``) of a cache whose layers are all
-    transformers' ``DynamicLayer`` (``any_layer``: of any class with ``keys``/``values``); else ``None`` (sliding
-    windows, quantised or static caches: callers then do without)."""
-    layers = getattr(cache, "layers", None)
-    if not layers or not all((any_layer or type(layer).__name__ == "DynamicLayer")
-                             and getattr(layer, "keys", None) is not None and layer.keys.dim() == 4
-                             for layer in layers):
-        return None
-    return [(layer.keys, layer.values) for layer in layers]
-
-
-def cache_from_states(template, states: list[tuple]):
-    """A cache of ``template``'s kind holding ``states`` (per layer ``(keys, values)``); ``template`` untouched."""
     import copy
 
-    out = copy.copy(template)
+    out = copy.copy(cache)
     out.layers = []
-    for layer, (keys, values) in zip(template.layers, states, strict=True):
+    for layer in cache.layers:
         twin = copy.copy(layer)
-        twin.keys, twin.values = keys, values
+        twin.keys, twin.values = layer.keys.repeat_interleave(n, 0), layer.values.repeat_interleave(n, 0)
         out.layers.append(twin)
+    _read_only(out)
     return out
 
 

@@ -141,15 +141,7 @@ def test_prefix_cached_generation_matches_uncached_token_for_token(tiny):
     results = ["Ada Vell | lives in Oslo", "no match"]
     turn2 = [s + g + renderer.suffix_ids([{"role": "tool", "name": "lookup_person", "content": r}])
              for s, g, r in zip([seqs[0], seqs[2]], [first[0], first[2]], results, strict=True)]
-    # a later turn resumes each continuing row from the states it ended the last call with, beside a new episode
-    second = cached(turn2 + [seqs[1]])
-    assert second == plain(turn2 + [seqs[1]])
-    resumed = sum(len(s) for s in turn2) - sum(len(s) + len(g) - 1 for s, g in zip([seqs[0], seqs[2]],
-                                                                                 [first[0], first[2]]))
-    assert cached.encoded[-1] < resumed + len(seqs[1])  # continuing rows encode only their new tokens
-    turn3 = [turn2[1] + second[1] + renderer.suffix_ids([{"role": "tool", "name": "lookup_person", "content": "x"}])]
-    assert cached(turn3) == plain(turn3)
-    assert cached.encoded[-1] == len(turn3[0]) - (len(turn2[1]) + len(second[1]) - 1)
+    assert cached(turn2) == plain(turn2)
 
 
 def test_same_tokens_as_trl_tool_loop(tiny, tmp_path):
