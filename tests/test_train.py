@@ -1,6 +1,5 @@
 """Training path: config validation, SFT rows, TRL configuration, kill -9 resume, and a quickstart smoke run."""
 
-import copy
 import json
 import os
 import signal
@@ -293,8 +292,12 @@ def test_shared_prefix_forward_matches_trl_logps_and_gradients(tiny, tmp_path, s
 
     from agentlab.train import agent_trainer_class, agentlab_reward, lora_config
 
-    base, tok = tiny
-    model = get_peft_model(copy.deepcopy(base), lora_config(4))  # the session's tiny model stays unwrapped
+    from agentlab.models import load_policy
+
+    # a fresh tiny model: the session's one may carry an earlier trainer's patched forward (a closure that a deep
+    # copy would keep pointing at the original), and wrapping it in LoRA here would change it for later tests
+    base, tok = load_policy("tiny-random")
+    model = get_peft_model(base, lora_config(4))
     with torch.no_grad():  # non-zero LoRA B so the adapter matters
         for name, p in model.named_parameters():
             if "lora_B" in name:
