@@ -96,7 +96,8 @@ def shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep: int, c
     each row's remainder (its real tokens after the prefix) laid out as ``pads | rest`` with explicit position
     ids — the same attention each row had alone. Remainders run in buckets of similar length (``_length_buckets``):
     TRL pads every completion to the longest one, and on an environment whose episodes range from 100 to 960
-    tokens (product_finder, a GRPO step of 16 rollouts, bf16) running the pads cost half the step. ``tests/test_train.py`` checks log-probs and gradients against TRL's own computation.
+    tokens (product_finder, a GRPO step of 16 rollouts, bf16) running the pads cost half the step.
+    ``tests/test_train.py`` checks log-probs and gradients against TRL's own computation.
     Returns ``(logps_BT, entropy_BT | None)`` or ``None`` when the shared prefix is too short to bother.
 
     ``checkpoint``: activation checkpointing of the remainder's decoder layers (each layer keeps only its input
@@ -137,8 +138,7 @@ def shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep: int, c
         for i, (b, rest) in enumerate(zip(bucket, rests, strict=True)):
             rest_ids[i, rest_width - len(rest):] = rest
             rest_mask[i, rest_width - len(rest):] = 1
-            if scored[b]:
-                labels[i, rest_width - scored[b]:] = rest[len(rest) - scored[b]:]
+            labels[i, rest_width - scored[b]:] = rest[len(rest) - scored[b]:]  # k = 0: empty on both sides
         positions = (prefix_len + rest_mask.cumsum(1) - 1).clamp(min=0)
         full_mask = torch.cat([torch.ones((n, prefix_len), dtype=rest_mask.dtype), rest_mask], dim=1)
         cache = _repeated(prefix_cache, n)  # its own cache object: a checkpoint replay reads this bucket's states
@@ -149,8 +149,7 @@ def shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep: int, c
             per_row[b] = (outputs.log_probs[i], outputs.entropy[i] if compute_entropy else None)
 
     def laid_out(j: int):  # row b's completion scores at columns 0..k-1, zeros on TRL's right pads
-        return torch.stack([torch.cat([per_row[b][j][len(per_row[b][j]) - k:] if k else per_row[b][j][:0],
-                                       per_row[b][j].new_zeros(logits_to_keep - k)])
+        return torch.stack([torch.cat([per_row[b][j][len(per_row[b][j]) - k:], per_row[b][j].new_zeros(logits_to_keep - k)])
                             for b, k in enumerate(scored)])
 
     return laid_out(0), laid_out(1) if compute_entropy else None
