@@ -138,11 +138,38 @@ def lora_config(r: int):
 
 
 def _threads() -> None:
+    """All of this machine's cores, shared among the processes training on it."""
     import os
 
     import torch
 
-    torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local))
+
+
+def world_size() -> int:
+    """Processes training together (``torchrun`` and ``accelerate launch`` set ``WORLD_SIZE``); 1 when run plainly.
+    Read from the environment so that nothing initialises accelerate's process state before TRL does."""
+    import os
+
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main_process() -> bool:
+    """The one process that writes the run folder (config, rollouts, metrics, evals, the final adapter)."""
+    import os
+
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def groups_per_process(exp: Experiment) -> int:
+    """``groups_per_step`` counts the groups of one optimiser step over all processes; each process generates
+    whole groups of them (a group split over processes would be scored in two halves by our loop)."""
+    processes = world_size()
+    if exp.groups_per_step % processes:
+        raise ValueError(f"groups_per_step={exp.groups_per_step} does not split over {processes} processes: each "
+                         f"process generates whole groups; use a multiple of {processes}")
+    return exp.groups_per_step // processes
 
 
 def _cuda() -> bool:
@@ -167,12 +194,13 @@ def grpo_config(exp: Experiment, output_dir: Path, **overrides):
 
 def grpo_kwargs(exp: Experiment, output_dir: Path, **overrides) -> dict:
     """GRPOConfig keyword arguments (a dict, so CPU tests can check the GPU values without CUDA)."""
-    batch = exp.groups_per_step * exp.group_size
+    batch = groups_per_process(exp) * exp.group_size  # this process's rollouts of a step
     micro = micro_batch_size(batch, exp.micro_batch)
     kwargs = dict(
         output_dir=str(output_dir), max_steps=exp.steps, learning_rate=exp.lr, lr_scheduler_type="constant",
-        # One generation of the whole step's rollouts, then forward/backward in `micro`-row passes whose gradients
-        # accumulate into one optimiser step (TRL splits the generation batch; the loss is normalised over it).
+        # One generation of the whole step's rollouts (each process its share of the groups), then forward/backward
+        # in `micro`-row passes whose gradients accumulate into one optimiser step (TRL splits the generation batch;
+        # the loss is normalised over it, across processes).
         warmup_steps=0, per_device_train_batch_size=micro, gradient_accumulation_steps=batch // micro,
         steps_per_generation=batch // micro,
         num_generations=exp.group_size, beta=exp.beta, temperature=exp.temperature, loss_type=exp.loss_type,

@@ -92,14 +92,17 @@ class RunDir:
     def finished(self) -> bool:
         return self.done_file.exists()
 
-    def prepare(self, config, overwrite: bool = False, defaults: dict | None = None) -> None:
+    def prepare(self, config, overwrite: bool = False, defaults: dict | None = None, write: bool = True) -> None:
         """Create the folder and write ``config.json``; refuse a finished run, or a different config, unless
         ``overwrite``. ``defaults``: a field added to the config since the run started, at its default value,
-        does not count as a change (old runs stay resumable)."""
+        does not count as a change (old runs stay resumable). ``write=False``: check only (the processes of a
+        multi-process run that do not write; the main one, writing the same config, cannot change the verdict)."""
         if hasattr(config, "to_config"):
             cfg = config.to_config()
         else:
             cfg = asdict(config) if is_dataclass(config) else dict(config)
+        if overwrite and not write:
+            return
         if self.path.exists() and overwrite:
             import shutil
 
@@ -120,6 +123,8 @@ class RunDir:
                 changed = sorted(k for k in set(old) | set(cfg) if old.get(k) != cfg.get(k))
                 raise RunExistsError(f"run {self.path} exists with a different config ({', '.join(changed)}); "
                                      f"resume it with the same settings, or pass --overwrite")
+        if not write:
+            return
         self.path.mkdir(parents=True, exist_ok=True)
         _atomic_write(self.config_file, json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 

@@ -25,6 +25,8 @@ from agentlab.experiment import (
     _threads,
     grpo_config,
     grpo_kwargs,
+    groups_per_process,
+    is_main_process,
     lora_config,
     micro_batch_size,
 )
@@ -94,7 +96,7 @@ def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: 
         questions = [p[-1]["content"] for p in prompts]
         unique = list(dict.fromkeys(questions))
         samples = len(questions) // len(unique)
-        if [q for q in unique for _ in range(samples)] != questions:
+        if samples != exp.group_size or [q for q in unique for _ in range(samples)] != questions:
             raise RuntimeError("expected each prompt repeated group_size times in a row (TRL's RepeatSampler)")
         model = trainer.accelerator.unwrap_model(trainer.model)
         was_training = model.training
@@ -112,17 +114,27 @@ def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: 
 
             observe = observer(spec.name, spec.env_class.final_tool,
                                HintSchedule(p=exp.hint_p, switch=exp.hint_switch, seed=exp.seed), step, exp.steps)
+        # Several processes (torchrun / accelerate launch): each runs its own whole groups; group indices are
+        # numbered across processes so that (step, group) names one group of the run.
+        rank = trainer.accelerator.process_index
         with torch.no_grad():
             episodes = run_episodes(model, tokenizer, spec, [by_question[q] for q in unique], samples=samples,
-                                    config=config, seed=exp.seed * 100_003 + step, progress=False, step=step,
-                                    model_id=exp.model, config_id=exp.name, generate_fn=generate_fn,
+                                    config=config, seed=exp.seed * 100_003 + step + 1_000_003 * rank, progress=False,
+                                    step=step, model_id=exp.model, config_id=exp.name, generate_fn=generate_fn,
                                     observe=observe, reward_fn=reward_fn)
+        for ep in episodes:
+            ep.group += rank * len(unique)
         stats.generate_s = time.perf_counter() - t0
         if was_training:
             model.train()
-        for ep in episodes:  # group index unique per step: (step, group)
-            run.append(run.rollouts_file, ep.to_json())
-        stats.episodes = episodes
+        # The main process writes every process's episodes (one writer per run folder) and computes the step's
+        # metrics over all of them (gather_object returns its input when there is one process).
+        from accelerate.utils import gather_object
+
+        stats.episodes = gather_object(episodes)
+        if trainer.accelerator.is_main_process:
+            for ep in stats.episodes:
+                run.append(run.rollouts_file, ep.to_json())
         # An episode whose generation failed before its first token has no completion; TRL parses every
         # completion, so it gets one EOS, masked (never trained; its reward is None as an infra episode).
         completions = [(ep.tokens["completion_ids"], ep.tokens["mask"]) if ep.tokens["completion_ids"]
@@ -193,18 +205,22 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
     if init_adapter is not None and not (Path(init_adapter) / "adapter_config.json").exists():
         raise FileNotFoundError(f"init adapter {init_adapter} has no adapter_config.json")
     spec = load(exp.env)
+    groups_per_process(exp)  # a step that does not split over the processes is refused before any work
     _tracking_env(exp.report_to)
     run = run or RunDir(exp.name)
     reward_fn = exp.reward_fn()
     from agentlab.reward_design import check_reward
 
     check_reward(reward_fn, spec)  # a reward that raises or returns NaN fails here, before any folder or model
+    # Every process checks the folder (same verdict everywhere, so none is left waiting for one that failed);
+    # only the main process writes to it, here and below.
+    main = is_main_process()
     run.prepare({**exp.to_config(), "init_adapter": str(init_adapter) if init_adapter else None},
-                overwrite=overwrite, defaults=Experiment().to_config())
+                overwrite=overwrite, defaults=Experiment().to_config(), write=main)
     _threads()
-    checkpoints = run.checkpoints()
+    checkpoints = [] if overwrite else run.checkpoints()  # (the main process may not have emptied the folder yet)
     resume = str(checkpoints[-1]) if checkpoints else None
-    if resume:
+    if resume and main:
         run.truncate_after(int(resume.rsplit("-", 1)[1]))
 
     model, tok = load_policy(exp.model, backend=backend, recipe=recipe)
@@ -220,7 +236,7 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
 
     class Recorder(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kw):
-            if not logs or "loss" not in logs or not stats.episodes:
+            if not logs or "loss" not in logs or not stats.episodes or not state.is_world_process_zero:
                 return
             keep = ("loss", "entropy", "kl", "grad_norm", "learning_rate", "frac_reward_zero_std")
             record = {"step": state.global_step, **{k: logs[k] for k in keep if k in logs},
@@ -237,12 +253,16 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
             # A kill can land between a checkpoint's save and its eval: evaluate the resumed checkpoint if its eval
             # is missing (weights are loaded by now; evaluate_policy skips evals that exist).
             if state.global_step > 0:
-                evaluate_policy(trainer.accelerator.unwrap_model(trainer.model), tok, spec, eval_tasks, exp, run,
-                                state.global_step)
+                checkpoint_eval(state.global_step)
 
         def on_save(self, args, state, control, model=None, **kw):
-            evaluate_policy(trainer.accelerator.unwrap_model(trainer.model), tok, spec, eval_tasks, exp, run,
-                            state.global_step)
+            checkpoint_eval(state.global_step)
+
+    def checkpoint_eval(step: int) -> None:
+        """The main process evaluates (one writer); the others wait for it before the next step."""
+        if trainer.accelerator.is_main_process:
+            evaluate_policy(trainer.accelerator.unwrap_model(trainer.model), tok, spec, eval_tasks, exp, run, step)
+        trainer.accelerator.wait_for_everyone()
 
     trainer = Trainer(
         model=model, reward_funcs=[agentlab_reward],
@@ -251,15 +271,17 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
         peft_config=None if (init_adapter or backend == "unsloth") else lora_config(exp.lora_r),
         rollout_func=make_rollout_func(spec, tok, train_tasks, exp, run, stats, reward_fn), callbacks=[Recorder(), nonfinite_guard(stats, exp.max_nonfinite)])
     if not resume:
-        evaluate_policy(trainer.model, tok, spec, eval_tasks, exp, run, 0)
+        checkpoint_eval(0)
     trainer.train(resume_from_checkpoint=resume)
     if stats.skipped_in_row >= exp.max_nonfinite:
         raise TrainingDiverged(
             f"GRPO stopped at step {trainer.state.global_step}: {stats.skipped_in_row} updates in a row had non-finite "
             f"gradients and were skipped (see skipped_nonfinite_update in {run.metrics_file}); lower the learning "
             f"rate or check the reward, then resume from the last checkpoint")
-    trainer.model.save_pretrained(run.path / "adapter")
-    run.mark_finished({"steps": exp.steps, "adapter": str(run.path / "adapter")})
+    if trainer.accelerator.is_main_process:
+        trainer.accelerator.unwrap_model(trainer.model).save_pretrained(run.path / "adapter")
+        run.mark_finished({"steps": exp.steps, "adapter": str(run.path / "adapter")})
+    trainer.accelerator.wait_for_everyone()
     return run
 
 

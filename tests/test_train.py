@@ -358,3 +358,80 @@ def test_nonfinite_gradients_skip_the_update_and_stop_the_run_after_k_in_a_row(t
     assert [m["skipped_nonfinite_update"] for m in metrics] == [True, True] and not run.finished
     lora_b = [p for n, p in loaded["model"].named_parameters() if "lora_B" in n]
     assert lora_b and all(bool((p == 0).all()) for p in lora_b)  # no update reached the weights
+
+
+# -- several processes: torchrun on CPU (gloo), as `accelerate launch` would start them on GPUs ---------------------
+
+MULTI = ["train", "--name", "multi", "--model", "tiny-random", "--eval-every", "1", "--eval-tasks", "2",
+         "--groups-per-step", "2", "--group-size", "2", "--max-new-tokens", "8"]
+
+
+def _torchrun(args, env, processes=2, **kw):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
+           "-m", "agentlab.cli", *args]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def _one_writer_records(run: RunDir, steps: int) -> None:
+    """Every (step, group, sample) exactly once, groups numbered across processes, one task per group, one metric
+    line per step with the global prompts_seen, one eval file per checkpoint with one line per eval task."""
+    rollouts, torn = read_jsonl(run.rollouts_file)
+    keys = [(r["step"], r["group"], r["sample"]) for r in rollouts]
+    assert torn == 0 and sorted(keys) == [(s, g, k) for s in range(1, steps + 1) for g in (0, 1) for k in (0, 1)]
+    for s in range(1, steps + 1):
+        tasks = {g: {r["task"]["id"] for r in rollouts if (r["step"], r["group"]) == (s, g)} for g in (0, 1)}
+        assert all(len(t) == 1 for t in tasks.values()) and tasks[0] != tasks[1]
+    metrics, torn = read_jsonl(run.metrics_file)
+    assert torn == 0 and [(m["step"], m["prompts_seen"]) for m in metrics] == [(s, 2 * s) for s in range(1, steps + 1)]
+    for step in range(steps + 1):
+        assert len(read_jsonl(run.evals_dir / f"step-{step:04d}.rollouts.jsonl")[0]) == 2
+    assert run.finished and (run.path / "adapter" / "adapter_config.json").exists()
+
+
+def test_two_processes_write_one_run_like_one_process(tmp_path):
+    """GRPO on two CPU processes: each generates its own whole group, the main one writes the run folder, and
+    the records have the shape and the count of a one-process run of the same step size."""
+    env = _synthesised(tmp_path)
+    two = _torchrun([*MULTI, "--steps", "2"], env)
+    log = two.communicate(timeout=600)[0]
+    assert two.returncode == 0, log[-3000:]
+    _one_writer_records(RunDir(tmp_path / "runs" / "multi"), steps=2)
+    one = _cli([*MULTI, "--steps", "2", "--name", "single"], env)
+    log = one.communicate(timeout=600)[0]
+    assert one.returncode == 0, log[-3000:]
+    single, multi = RunDir(tmp_path / "runs" / "single"), RunDir(tmp_path / "runs" / "multi")
+    assert [sorted(m) for m in single.metrics()] == [sorted(m) for m in multi.metrics()]
+    assert len(single.metrics()) == 2 and len(read_jsonl(single.rollouts_file)[0]) == len(read_jsonl(multi.rollouts_file)[0])
+
+
+def test_a_step_that_does_not_split_over_the_processes_is_refused(tmp_path, monkeypatch):
+    from agentlab.experiment import grpo_kwargs
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    kw = grpo_kwargs(Experiment(groups_per_step=4, group_size=4, micro_batch=4), tmp_path)
+    # per process: 2 groups of 4 = 8 rollouts, generated once (steps_per_generation) and accumulated in 4-row passes
+    assert (kw["per_device_train_batch_size"], kw["gradient_accumulation_steps"], kw["steps_per_generation"]) == (4, 2, 2)
+    with pytest.raises(ValueError, match="groups_per_step=3 does not split over 2 processes"):
+        run_grpo(Experiment(model="tiny-random", groups_per_step=3), [], [], run=RunDir(tmp_path / "r"))
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_two_processes_resume_exactly_after_kill_minus_9(tmp_path):
+    env = _synthesised(tmp_path)
+    run = RunDir(tmp_path / "runs" / "multi")
+    proc = _torchrun([*MULTI, "--steps", "3"], env)
+    deadline = time.time() + 300
+    while not run.checkpoints() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert run.checkpoints(), proc.stdout.read() if proc.poll() is not None else "no checkpoint in time"
+    import psutil
+
+    for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]:
+        p.kill()  # SIGKILL the launcher and both workers (they run in sessions of their own)
+    proc.wait()
+    assert not run.finished
+    again = _torchrun([*MULTI, "--steps", "3"], env)
+    log = again.communicate(timeout=600)[0]
+    assert again.returncode == 0, log[-3000:]
+    _one_writer_records(run, steps=3)
