@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentlab.experiment import world_size
 from agentlab.models import RECIPES_DIR, load_recipe, vllm_settings
 
 ACCELERATE_CONFIGS = {p.stem: p for p in (RECIPES_DIR / "accelerate").glob("*.yaml")}
@@ -32,7 +33,8 @@ def recipe_experiment_fields(recipe: str) -> dict:
     ``per_device_train_batch_size``-row passes (``micro_batch``). ``grpo_kwargs`` derives TRL's
     ``gradient_accumulation_steps`` and ``steps_per_generation`` from that, so the two always agree — one rollout
     call per optimiser step, unique ``(step, group)`` keys, ``prompts_seen`` right. ``save_steps`` is the
-    checkpoint (and checkpoint-eval) cadence, ``eval_every``.
+    checkpoint (and checkpoint-eval) cadence, ``eval_every``. The recipe's batch is one device's: launched on
+    several processes, a step has that many groups on each (``groups_per_step`` counts them over all processes).
     """
     r = load_recipe(recipe)
     g = r["grpo"]
@@ -41,7 +43,7 @@ def recipe_experiment_fields(recipe: str) -> dict:
         raise ValueError(f"recipe {recipe}: {rollouts} rollouts per step is not a whole number of groups of "
                          f"{g['num_generations']}")
     return {"model": r["model"], "lora_r": r["unsloth"]["lora"]["r"], "group_size": g["num_generations"],
-            "groups_per_step": rollouts // g["num_generations"], "micro_batch": g["per_device_train_batch_size"],
+            "groups_per_step": rollouts // g["num_generations"] * world_size(), "micro_batch": g["per_device_train_batch_size"],
             "lr": g["learning_rate"], "max_turns": g["max_tool_calling_iterations"], "beta": g["beta"],
             "temperature": g["temperature"], "max_context": g["max_completion_length"],
             "eval_every": g["save_steps"]}

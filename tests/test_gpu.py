@@ -42,6 +42,15 @@ def test_vllm_modes_give_a_valid_trl_config(mode, tmp_path):
     assert cfg.use_vllm and cfg.vllm_mode == mode
 
 
+def test_the_recipe_on_three_processes_keeps_its_per_device_batch(tmp_path, monkeypatch):
+    """Launched on 3 training GPUs, each device still runs the recipe's 4 groups of 8 a step: 12 groups a step."""
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    exp = Experiment(**gpu.recipe_experiment_fields(RECIPE))
+    kwargs = grpo_kwargs(exp, tmp_path, **gpu.grpo_overrides(RECIPE, "server"))
+    assert exp.groups_per_step == 12
+    assert (kwargs["per_device_train_batch_size"], kwargs["gradient_accumulation_steps"]) == (8, 4)
+
+
 @pytest.mark.parametrize("name, kind, stage", [("multi_gpu", "MULTI_GPU", None), ("zero2", "DEEPSPEED", 2),
                                               ("zero3", "DEEPSPEED", 3)])
 def test_accelerate_launch_configs(name, kind, stage):

@@ -290,9 +290,8 @@ def test_shared_prefix_forward_matches_trl_logps_and_gradients(tiny, tmp_path, s
     from datasets import Dataset
     from peft import get_peft_model
 
-    from agentlab.train import agent_trainer_class, agentlab_reward, lora_config
-
     from agentlab.models import load_policy
+    from agentlab.train import agent_trainer_class, agentlab_reward, lora_config
 
     # a fresh tiny model: the session's one may carry an earlier trainer's patched forward (a closure that a deep
     # copy would keep pointing at the original), and wrapping it in LoRA here would change it for later tests
