@@ -1,0 +1,95 @@
+"""Numbers in a notebook's prose come from the run: a markdown cell may not state a measured figure.
+
+A figure a learner reads (a success rate, an interval, a percentage, a duration, "11 of the 100", a date, a
+speed-up) belongs in a cell that renders it from a computed value (``Markdown(f"... {rate:.2f} ...")``), so that
+re-running the notebook cannot leave the prose behind. Static markdown keeps what does not drift: headings and
+list numbers, names with digits in them (SmolLM2-135M, pass@4, F4), notebook numbers, settings written as
+``name = value`` (``T = 0.7``, ``β = 4``) or in code spans, and integers that count or name things (16 steps, G = 4).
+The committed notebooks are read as they are (CI executes them only in smoke mode, with other numbers).
+"""
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+# Parts of markdown that are not prose: code, maths, link targets, HTML comments, headings.
+NOT_PROSE = [re.compile(r"```.*?```", re.DOTALL), re.compile(r"<!--.*?-->", re.DOTALL),
+             re.compile(r"^#{1,6} .*$", re.MULTILINE), *map(re.compile, (r"`[^`\n]*`", r"\$[^$\n]*\$", r"\]\([^)]*\)"))]
+SETTINGS = r"(?:T|β|beta|p|G|r|lr|switch|temperature|hint_p|n|k|N)"
+MEASURED = [
+    (r"\b\d{4}-\d{2}-\d{2}\b", "a date"),
+    (r"(?<![\w.@=])[+−-]?\d*\.\d+(?![\w.])", "a decimal"),
+    (r"(?<![\w.])\d+(?:\.\d+)?\s?%", "a percentage"),
+    (r"(?<![\w.])\d+(?:\.\d+)?\s?(?:ms|s|min|h|GB|GiB|MB)\b", "a duration or size"),
+    (r"(?<![\w.])\d+(?:\.\d+)?\s?[x×](?![\w\d]|\s\d)", "a ratio"),
+    (r"(?<![\w.])\d+ of (?:the )?\d+\b", "a count of a total"),
+]
+SETTING_VALUE = re.compile(rf"(?<![\w]){SETTINGS}\s?=\s?[+−-]?\d*\.?\d+(?:e[+−-]?\d+)?")
+CONFIDENCE_LEVEL = re.compile(r"95\s?%")  # the level of every interval, a convention rather than a result
+
+
+def static_numbers(nb) -> list[tuple[int, str, str]]:
+    """``(cell index, what, the text)`` for each measured figure stated in a markdown cell."""
+    found = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+        text = cell.source
+        for pattern in NOT_PROSE:
+            text = pattern.sub(" ", text)
+        text = SETTING_VALUE.sub(" ", text)
+        text = CONFIDENCE_LEVEL.sub(" ", text)
+        for pattern, what in MEASURED:
+            for match in re.finditer(pattern, text):
+                found.append((index, what, match.group(0)))
+    return found
+
+
+def _notebook(*markdown: str, code: str = "x = 1"):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(code), *map(nbformat.v4.new_markdown_cell, markdown)]
+    return nb
+
+
+@pytest.mark.parametrize("prose, figure", [
+    ("GRPO lifts success from 0.31 to 0.67.", "0.31"),
+    ("Paired difference +0.29 [+0.17, +0.41].", "+0.29"),
+    ("so 83% of groups would be all-fail", "83%"),
+    ("It took 12 min 6 s on this machine.", "12 min"),
+    ("the 4 extra steps changed 11 of the 100 test episodes", "11 of the 100"),
+    ("Outputs made on 2026-11-30.", "2026-11-30"),
+    ("the same cells run about 2x faster in bf16", "2x"),
+])
+def test_a_notebook_that_states_a_figure_in_prose_is_rejected(prose, figure):
+    found = static_numbers(_notebook("## 1 · Results", prose))
+    assert figure in [f for _, _, f in found]
+
+
+def test_what_does_not_drift_is_allowed():
+    nb = _notebook(
+        "# 07 · LoRA GRPO\n\n1. **SFT** on SmolLM2-135M-Instruct, 2. **GRPO** with pass@4 and F4 (notebook 05).",
+        "Set `lr=2e-4` and T = 0.7, β = 4, G = 4: 16 steps of 2 prompts, with 95% bootstrap intervals.",
+        "```python\nrun(steps=0.5)\n```\nSee [the write-up](https://example.org/v1.2) and $x = 0.5$.",
+    )
+    assert static_numbers(nb) == []
+    rendered = _notebook(code='from IPython.display import Markdown\nMarkdown(f"success {0.31:.2f}")')
+    assert static_numbers(rendered) == []  # a code cell renders its figures from values
+
+
+# Notebooks whose prose still states figures by hand; each leaves this list when the tutorial pass renders its
+# figures from the run (strict: a notebook that passes while listed fails, so the list cannot go stale).
+NOT_YET_RENDERED = {"00_quickstart", "01_environment_and_tools", "02_dataset_synthesis", "03_baseline_and_headroom",
+                    "04_sft_warm_start", "05_reward_design", "06_ablations", "07_grpo_training",
+                    "08_evaluate_and_verify", "09_hints_and_scaffolds"}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="prose not rendered yet"))
+                                  if p.stem in NOT_YET_RENDERED else p for p in NOTEBOOKS],
+                         ids=[p.stem for p in NOTEBOOKS])
+def test_committed_notebook_prose_states_no_figure_by_hand(path):
+    found = static_numbers(nbformat.read(path, as_version=4))
+    assert not found, "\n".join(f"cell {i}: {what} {text!r}" for i, what, text in found)
