@@ -239,7 +239,10 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
             if not logs or "loss" not in logs or not stats.episodes or not state.is_world_process_zero:
                 return
             keep = ("loss", "entropy", "kl", "grad_norm", "learning_rate", "frac_reward_zero_std")
+            renamed = {"clip_ratio/region_mean": "clip_ratio", "clip_ratio/low_mean": "clip_ratio_low",
+                       "clip_ratio/high_mean": "clip_ratio_high", "completions/mean_length": "completion_length"}
             record = {"step": state.global_step, **{k: logs[k] for k in keep if k in logs},
+                      **{ours: logs[trl] for trl, ours in renamed.items() if trl in logs},
                       **step_metrics(stats.episodes, exp.group_size, spec),
                       "time_generate_s": stats.generate_s, "time_step_s": trainer.timing.get("step_s"),
                       "time_forward_s": trainer.timing.get("forward_s"),

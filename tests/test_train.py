@@ -262,7 +262,8 @@ def test_quickstart_smoke_end_to_end(tmp_path):
     metrics = RunDir(tmp_path / "quickstart-smoke" / "grpo").metrics()
     assert [m["step"] for m in metrics] == [1, 2]
     assert {"reward_mean", "zero_variance_groups", "valid_rollouts", "entropy", "time_generate_s",
-            "time_forward_s", "time_backward_s", "tool_failures", "off_form_calls"} <= set(metrics[0])
+            "time_forward_s", "time_backward_s", "tool_failures", "off_form_calls", "clip_ratio",
+            "completion_length"} <= set(metrics[0])
 
 
 def test_tracking_is_opt_in_and_wandb_defaults_to_offline(tmp_path, monkeypatch):
