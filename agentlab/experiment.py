@@ -15,7 +15,6 @@ from agentlab.rollout import LoopConfig
 from agentlab.types import BUDGET_FIELDS, Budget
 
 
-# TRL 1.16's GRPOConfig.loss_type and scale_rewards values (TRL implements every variant; we pass the name through).
 def with_budget(config, spec) -> None:
     """Fill a frozen config's ``None`` budget fields (those of ``types.BUDGET_FIELDS`` it has) from ``spec.budget``."""
     for name in BUDGET_FIELDS:
@@ -24,6 +23,7 @@ def with_budget(config, spec) -> None:
 
 
 _NO_ENV = SimpleNamespace(budget=Budget())  # an unknown env is reported as such; its budget fields still get values
+# TRL 1.16's GRPOConfig.loss_type and scale_rewards values (TRL implements every variant; we pass the name through).
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 SCALE_REWARDS = ("group", "batch", "none")
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

@@ -45,3 +45,17 @@ def test_checkpoint_evals_of_an_unfinished_grpo_run_are_gathered(tmp_path):
     tried = gather_tried(tmp_path)
     assert [(t["arm"], t["steps"]) for t in tried] == [("sft_best", 16), ("grpo", 5)]  # step 0 is sft_best itself
     assert tried[1]["validation"]["success"] == 0.4 and tried[1]["finished"] is False and tried[1]["run"] == "pf/seed-0"
+
+
+def test_loss_types_runs_each_type_from_one_start_and_pairs_it_with_dapo(tmp_path, monkeypatch):
+    import loss_types
+
+    monkeypatch.setenv("AGENTLAB_RUNS", str(tmp_path))
+    out = loss_types.main(["--smoke", "--types", "dapo", "luspo"])  # luspo: TRL's sequence-level rule applied
+    assert list(out["types"]) == ["dapo", "luspo"] and out["sft"]["n"] == 4
+    for loss_type in ("dapo", "luspo"):
+        config = (tmp_path / "loss-types-smoke" / loss_type / "config.json").read_text()
+        assert f'"loss_type": "{loss_type}"' in config
+    diff = out["types"]["luspo"]["minus_dapo"]
+    assert diff["ci_low"] <= diff["mean"] <= diff["ci_high"]
+    assert out["types"]["dapo"]["train_seconds"] > 0
