@@ -297,7 +297,7 @@ def plot_objective(run: dict, episodes: list, fig=None):
     spread, by_std, plain = zip(*rows, strict=True) if rows else ((), (), ())
     axes[7].scatter(spread, by_std, s=14, color="C3", label="÷ group std")
     axes[7].scatter(spread, plain, s=14, marker="x", color="C7", label="not divided")
-    axes[7].set(xlabel="reward spread in the group (max − min)", ylabel="mean |advantage|", title="group scaling")
+    axes[7].set(xlabel="reward spread (max − min)", ylabel="mean |advantage|", title="group scaling")
     axes[7].legend(fontsize=7)
     fig.tight_layout()
     return fig
