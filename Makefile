@@ -37,7 +37,7 @@ quickstart: setup
 	$(VENV)/bin/agentlab quickstart
 
 test: setup browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow
