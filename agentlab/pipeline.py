@@ -65,32 +65,114 @@ def load_split(env: str, split: str, folder: Path | None = None) -> list:
 
 
 def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str | None = None, samples: int = 1,
-             greedy: bool = True, loop=None, label: str = "", seed: int = 0, reuse: bool = False) -> dict:
+             greedy: bool = True, loop=None, label: str = "", seed: int = 0, reuse: bool = False,
+             workers: int | None = None) -> dict:
     """Run the shared loop on ``tasks`` and write ``rollouts.jsonl``, ``summary.json`` and ``summary.png``.
 
-    ``reuse``: when ``out_dir`` already holds a ``summary.json``, return it instead (resumable studies)."""
+    ``reuse``: when ``out_dir`` already holds a ``summary.json``, return it instead (resumable studies).
+    ``workers``: processes sharing the tasks (default :func:`eval_workers`); see :func:`_evaluate_in_workers`."""
     if reuse and (Path(out_dir) / "summary.json").exists():
         return json.loads((Path(out_dir) / "summary.json").read_text())
     from agentlab.envs import load
     from agentlab.evals import summarize
-    from agentlab.models import load_policy
     from agentlab.plots import plot_eval_summary
     from agentlab.rollout import LoopConfig
     from agentlab.runs import _atomic_write
 
     spec = load(env)
-    model, tok = load_policy(model_name, adapter=adapter)
     loop = loop or LoopConfig(temperature=0.0 if greedy else 0.7)
+    workers = min(eval_workers(env) if workers is None else workers, len(tasks))
+    model_id = model_name + (f"+{adapter}" if adapter else "")
     t0 = time.time()
-    episodes = evaluate_model(model, tok, spec, tasks, Path(out_dir) / "rollouts.jsonl", loop, samples=samples,
-                              greedy=greedy, seed=seed, model_id=model_name + (f"+{adapter}" if adapter else ""),
-                              config_id=label, progress=True)
+    if workers > 1:
+        episodes = _evaluate_in_workers(workers, model_name, adapter, env, tasks, Path(out_dir), loop, samples, greedy,
+                                        seed, model_id, label)
+    else:
+        from agentlab.models import load_policy
+
+        model, tok = load_policy(model_name, adapter=adapter)
+        episodes = evaluate_model(model, tok, spec, tasks, Path(out_dir) / "rollouts.jsonl", loop, samples=samples,
+                                  greedy=greedy, seed=seed, model_id=model_id, config_id=label, progress=True)
     summary = {"label": label, "model": model_name, "adapter": adapter, "env": env, "samples": samples,
                "greedy": greedy, "loop": dataclasses.asdict(loop), "seconds": time.time() - t0,
-               **summarize(episodes)}
+               "workers": max(workers, 1), **summarize(episodes)}
     _atomic_write(out_dir / "summary.json", json.dumps(summary, indent=2, sort_keys=True))  # a kill: old or new
     plot_eval_summary(summary, out_dir / "summary.png")
     return summary
+
+
+def eval_workers(env: str) -> int:
+    """Processes an evaluation by model name uses: ``AGENTLAB_EVAL_WORKERS`` if set, else 1.
+
+    Only an environment a fresh process can load again (shipped, ``file.py:NAME``, an installed entry point)
+    runs in several; one registered in this process (a notebook cell) runs here."""
+    import os
+
+    from agentlab import envs
+
+    if env in envs._REGISTERED and env not in envs._MODULES:
+        return 1
+    return max(1, int(os.environ.get("AGENTLAB_EVAL_WORKERS", "1")))
+
+
+def _evaluate_in_workers(workers: int, model_name: str, adapter, env: str, tasks: list, out_dir: Path, loop,
+                         samples: int, greedy: bool, seed: int, model_id: str, label: str) -> list:
+    """Evaluation split over ``workers`` processes, each with its contiguous share of the tasks and of the cores.
+
+    Why by hand: decoding a 135M model on a CPU is a stream of small operations, each paying the threads'
+    start-and-join; one thread per process on its own share of the tasks avoids that. Each worker loads the policy
+    by name (spawned, not forked: a forked OpenMP runtime can hang) and writes its own shard; the shards are joined
+    in task order, group indices renumbered as one run would number them. Greedy results can differ from a
+    one-process run where bf16 near-ties meet a different batch composition; a sampled run uses one seed per shard.
+    """
+    import concurrent.futures
+    import itertools
+    import multiprocessing
+    import os
+
+    from agentlab.evals import read_rollouts, write_episode
+    from agentlab.rollout import _progress
+
+    cores = len(os.sched_getaffinity(0))
+    bounds = [round(i * len(tasks) / workers) for i in range(workers + 1)]
+    shards = [(tasks[a:b], out_dir / f"rollouts.shard-{i}.jsonl", a)
+              for i, (a, b) in enumerate(itertools.pairwise(bounds))]
+    context = multiprocessing.get_context("spawn")
+    bar = _progress(len(tasks) * samples, True, f"{env} episodes ({workers} processes)")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        futures = [pool.submit(_evaluate_shard, model_name, adapter, env, shard, path, loop, samples, greedy,
+                               seed + 7919 * i, model_id, label, max(1, cores // workers))
+                   for i, (shard, path, _) in enumerate(shards)]
+        while not all(f.done() for f in futures):
+            concurrent.futures.wait(futures, timeout=1.0)
+            bar.n = sum(p.read_bytes().count(b"\n") if p.exists() else 0 for _, p, _ in shards)
+            bar.refresh()
+        for f in futures:
+            f.result()  # a worker's exception surfaces here, with its traceback
+    bar.n = len(tasks) * samples
+    bar.close()
+    episodes = []
+    with open(out_dir / "rollouts.jsonl", "w") as fh:
+        for _, path, start in shards:
+            for ep in read_rollouts(path)[0]:
+                ep.group += start
+                write_episode(fh, ep)
+                episodes.append(ep)
+            path.unlink()
+    return episodes
+
+
+def _evaluate_shard(model_name, adapter, env, tasks, path, loop, samples, greedy, seed, model_id, label,
+                    threads) -> int:
+    import torch
+
+    from agentlab.envs import load
+    from agentlab.models import load_policy
+
+    torch.set_num_threads(threads)
+    model, tok = load_policy(model_name, adapter=adapter)
+    return len(evaluate_model(model, tok, load(env), tasks, path, loop, samples=samples, greedy=greedy, seed=seed,
+                              model_id=model_id, config_id=label))
 
 
 def evaluate_model(model, tok, spec, tasks: list, rollouts_file: Path, loop, **episode_kwargs) -> list:

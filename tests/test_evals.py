@@ -224,3 +224,23 @@ def test_rollouts_round_trip_and_survive_a_truncated_last_line(tmp_path, episode
     path.write_text("\n".join(lines[:2] + ["{oops"] + lines[2:5]) + "\n")
     with pytest.raises(ValueError, match=":3:"):
         read_rollouts(path)
+
+
+def test_an_evaluation_split_over_processes_writes_what_one_process_writes(tmp_path):
+    """Two worker processes, each with its share of the tasks: the same episodes, in task order, group indices
+    as one run numbers them, one rollouts file (the shards removed), the worker count in the summary."""
+    from agentlab.evals import read_rollouts
+    from agentlab.pipeline import evaluate
+    from agentlab.rollout import LoopConfig
+
+    spec = load("lookup")
+    tasks = spec.make_tasks("test", 5, seed=3)
+    loop = LoopConfig(max_turns=2, max_new_tokens=8, temperature=0.0, precision="fp32")
+    one = evaluate("tiny-random", "lookup", tasks, tmp_path / "one", loop=loop, workers=1)
+    two = evaluate("tiny-random", "lookup", tasks, tmp_path / "two", loop=loop, workers=2)
+    a, b = (read_rollouts(tmp_path / d / "rollouts.jsonl")[0] for d in ("one", "two"))
+    expected = [(t.id, g) for g, t in enumerate(tasks)]
+    assert [(e.task.id, e.group) for e in b] == expected == [(e.task.id, e.group) for e in a]
+    assert [e.tokens["completion_ids"] for e in b] == [e.tokens["completion_ids"] for e in a]
+    assert (one["workers"], two["workers"], two["success"]["n"]) == (1, 2, 5)
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["rollouts.jsonl", "summary.json", "summary.png"]
