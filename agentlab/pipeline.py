@@ -110,7 +110,7 @@ def eval_workers(env: str) -> int:
 
     from agentlab import envs
 
-    if env in envs._REGISTERED and env not in envs._MODULES:
+    if not (env in envs._MODULES or ":" in env or env in envs._entry_points()):
         return 1
     return max(1, int(os.environ.get("AGENTLAB_EVAL_WORKERS", "1")))
 

@@ -366,10 +366,10 @@ MULTI = ["train", "--name", "multi", "--model", "tiny-random", "--eval-every", "
          "--groups-per-step", "2", "--group-size", "2", "--max-new-tokens", "8"]
 
 
-def _torchrun(args, env, processes=2, **kw):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
+def _torchrun(args, env):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "-m", "agentlab.cli", *args]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def _one_writer_records(run: RunDir, steps: int) -> None:
@@ -428,7 +428,7 @@ def test_two_processes_resume_exactly_after_kill_minus_9(tmp_path):
     import psutil
 
     for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]:
-        p.kill()  # SIGKILL the launcher and both workers (they run in sessions of their own)
+        p.kill()  # SIGKILL the launcher and both workers (killing the launcher's process group left them running)
     proc.wait()
     assert not run.finished
     again = _torchrun([*MULTI, "--steps", "3"], env)
