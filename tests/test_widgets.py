@@ -147,7 +147,25 @@ def _settled_plot(driver, unlike=None, quiet_s: float = 2.0, timeout: float = 60
             return state
         time.sleep(0.25)
     pytest.fail(f"the reward plot did not settle{' on a new drawing' if unlike else ''} within {timeout:.0f} s; "
-                f"its text: {state[1] if state else None!r}")
+                f"its text: {state[1] if state else None!r}\n{_page_report(driver)}")
+
+
+def _page_report(driver) -> str:
+    """What the page shows, for a failure message: cell prompts, whether the widget's output area exists, any
+    error output, any widget that failed to render. (CI keeps only the log, not the screenshot.)"""
+    try:
+        prompts = [e.get_attribute("textContent").strip() for e in
+                   driver.find_elements(By.CSS_SELECTOR, ".jp-CodeCell .jp-InputPrompt")]
+        areas = driver.find_elements(By.CSS_SELECTOR, ".agentlab-reward-plot")
+        errors = [e.text[-800:] for e in driver.find_elements(
+            By.CSS_SELECTOR, "[data-mime-type='application/vnd.jupyter.stderr']") if e.text.strip()]
+        widget_text = [e.text[:200] for e in driver.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output")
+                       if "widget" in e.text.lower()]
+        kernel = driver.find_element(By.CSS_SELECTOR, ".jp-Notebook-ExecutionIndicator").get_attribute("data-status")
+        return (f"kernel status: {kernel}; cell prompts: {prompts}; plot areas: {len(areas)}; "
+                f"widget messages: {widget_text}; errors: {errors}")
+    except WebDriverException as e:
+        return f"(page not readable: {e.msg})"
 
 
 def _run_all(driver, wait) -> None:
@@ -211,7 +229,9 @@ def test_moving_beta_redraws_the_reward_plot(tmp_path):
                 By.CSS_SELECTOR, ".jp-Toolbar-kernelName").get_attribute("textContent").strip() not in ("", "No Kernel"))
             _run_all(driver, wait)
 
-            before = _settled_plot(driver)
+            # The first drawing waits for the kernel's imports and every cell above the sliders: generous, as on
+            # a loaded CI machine (60 s was once not enough there; alone it takes under 20 s).
+            before = _settled_plot(driver, timeout=180)
             shot_before = _screenshot(driver, tmp_path, "05_widgets_before.png")
 
             # β 4.0 → 1.0: six steps of 0.5 with the arrow key on the focused slider handle, as a learner would.
