@@ -7,7 +7,8 @@ Each subcommand is a thin wrapper over a library call, so everything here can al
     agentlab train --env lookup --name grpo-lookup --init-adapter runs/sft-lookup/adapter
     agentlab sweep --name lr-sweep --init-adapter runs/sft-lookup/adapter --lr 5e-5,1e-4,2e-4,5e-4,1e-3
     agentlab eval --env lookup --adapter runs/grpo-lookup/adapter --n 100
-    agentlab quickstart                               # all of the above, plus runs/quickstart/report.{json,png}
+    agentlab quickstart                               # compare on lookup in miniature, with the base model:
+                                                      # runs/quickstart/report.{json,png}
     agentlab compare --env product_finder --regime cheap:64   # does GRPO beat tuned SFT, matched SFT and RFT?
 """
 
@@ -236,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentlab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("quickstart", help="synthesise -> eval base -> SFT -> eval -> GRPO -> eval -> report")
+    p = sub.add_parser("quickstart", help="lookup: base model, SFT chosen on validation, GRPO, SFT for GRPO's seconds; test -> report")
     p.add_argument("--smoke", action="store_true", help="tiny model and sizes (seconds; for CI)")
     p.add_argument("--name", default=None)
     p.add_argument("--overwrite", action="store_true")

@@ -167,11 +167,12 @@ class Comparison:
         self.tried.append(point)
         self.run.write_json("tried.json", {"env": self.cfg.env, "seed": self.cfg.seed, "tried": self.tried})
 
-    def evaluate(self, folder: Path, adapter: Path | str, tasks: list[Task], label: str) -> dict:
-        """Greedy eval of ``adapter`` on ``tasks`` into ``folder`` (skipped when its summary exists)."""
+    def evaluate(self, folder: Path, adapter: Path | str | None, tasks: list[Task], label: str) -> dict:
+        """Greedy eval of ``adapter`` (``None``: the base model) on ``tasks`` into ``folder`` (skipped when its
+        summary exists)."""
         from agentlab.pipeline import evaluate
 
-        return evaluate(self.cfg.model, self.cfg.env, tasks, folder, adapter=str(adapter),
+        return evaluate(self.cfg.model, self.cfg.env, tasks, folder, adapter=str(adapter) if adapter else None,
                         loop=self.cfg.eval_loop(), label=label, reuse=True)
 
     def sft_settings(self, lr: float, steps: int):

@@ -72,7 +72,7 @@ def plot_training(metrics: list[dict], evals: list[dict], axes=None, refs: dict 
     ax.set_ylim(-0.05, 1.15)
     ax.set_title("training")
     ax.legend(fontsize=8, loc="lower right")
-    checkpoint_curve(axes[1], evals, refs, ylabel="held-out success", title="held-out success per checkpoint")
+    checkpoint_curve(axes[1], evals, refs, ylabel="validation success", title="validation success per checkpoint")
     fig.tight_layout()
     return fig
 
@@ -107,8 +107,11 @@ def plot_report(report: dict, metrics: list[dict], evals: list[dict], path: str 
     palette = {"base": "#8C8C8C", "sft": "#4C72B0", "grpo": "#55A868", "sft_matched": "#64B5CD"}
     stages = [k for k in palette if k in report]
     _ci_bar(ax0, stages, [{"mean": report[k]["success"], **report[k]} for k in stages],
-            f"{report.get('env', '')}: held-out success", colors=[palette[k] for k in stages])
-    refs = {f"{k} (final eval)": report[k]["success"] for k in ("base", "sft") if k in report}
+            f"{report.get('env', '')}: test success", colors=[palette[k] for k in stages])
+    # Reference lines from the split the checkpoint curve is on (validation): the SFT start's own figure there.
+    start = report.get("choices", {}).get("sft_best", {}).get("validation")
+    refs = {"SFT start (validation)": start["success"]} if start else \
+        {f"{k} (final eval)": report[k]["success"] for k in ("base", "sft") if k in report}
     plot_training(metrics, evals, axes=[fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[0, 2])], refs=refs)
     fig.suptitle(report.get("title", ""), fontsize=10)
     fig.tight_layout()

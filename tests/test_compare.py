@@ -32,8 +32,16 @@ def test_regimes_give_what_they_promise():
         assert [c["name"] for c in calls] == ["search_products", "recommend"]
         assert calls[0]["arguments"] == {"query": by_id[demo["task_id"]].answer["constraints"]["type"]}
     assert parse_regime("expert:3") == ("expert", 3)
+    # lookup's cheap strategy searches the last name alone and answers from the first record
+    lookup = load("lookup")
+    lookup_train = lookup.make_tasks("train", 64, seed=0)
+    for demo in regime_demos(lookup, "cheap:4", lookup_train):
+        calls = [m["tool_calls"][0]["function"] for m in demo["messages"] if m["role"] == "assistant"]
+        question = next(t.question for t in lookup_train if t.id == demo["task_id"])
+        assert calls[0]["name"] == "search_people" and len(calls[0]["arguments"]["query"].split()) == 1
+        assert calls[0]["arguments"]["query"] in question
     with pytest.raises(ValueError, match="has no cheap_policy"):
-        regime_demos(load("lookup"), "cheap:4", load("lookup").make_tasks("train", 4, seed=0))
+        regime_demos(load("code_search"), "cheap:4", load("code_search").make_tasks("train", 4, seed=0))
     with pytest.raises(ValueError, match="only 3 successful demonstrations among 3"):
         regime_demos(load("lookup"), "expert:4", load("lookup").make_tasks("train", 3, seed=0))
 
@@ -102,3 +110,13 @@ def test_cli_refuses_bad_arms_in_one_line(tmp_path):
     out = subprocess.run([sys.executable, "-m", "agentlab.cli", "compare", "--smoke", "--arms", "grpo,dpo"],
                          capture_output=True, text=True, env=env, check=False)
     assert out.returncode == 2 and "expected a subset of" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_lookup_cheap_strategy_succeeds_only_sometimes():
+    from agentlab.types import run_policy
+
+    spec = load("lookup")
+    tasks = spec.make_tasks("validation", 300, seed=0)  # every validation question
+    rates = {name: sum(spec.evaluate(t, run_policy(spec, t, policy)[0])["success"] for t in tasks) / len(tasks)
+             for name, policy in (("cheap", spec.cheap_policy), ("expert", spec.expert))}
+    assert rates["expert"] == 1.0 and 0.0 < rates["cheap"] < 0.2, rates

@@ -237,7 +237,8 @@ def test_changed_config_is_not_silently_resumed(tmp_path):
 
 
 def test_quickstart_smoke_end_to_end(tmp_path):
-    """The fast end-to-end run CI keeps: synth → eval → SFT → eval → GRPO → eval → report (tiny model)."""
+    """The fast end-to-end run CI keeps: synth → base eval → SFT search → GRPO → matched SFT → test evals →
+    report (tiny model)."""
     env = {**os.environ, "AGENTLAB_RUNS": str(tmp_path)}
     out = subprocess.run([sys.executable, "-m", "agentlab.cli", "quickstart", "--smoke"], env=env,
                          capture_output=True, text=True, timeout=900, check=False)
@@ -252,8 +253,19 @@ def test_quickstart_smoke_end_to_end(tmp_path):
     root = tmp_path / "quickstart-smoke"
     matched = json.loads((root / "sft_matched" / "sft_summary.json").read_text())
     grpo_s = sum(m["time_step_s"] for m in RunDir(root / "grpo").metrics())
-    assert report["sft_matched"]["extra_steps"] == matched["steps"] >= 1 and matched["seconds"] >= grpo_s
-    assert matched["init_adapter"] == str(root / "sft" / "adapter")
+    assert matched["steps"] >= report["sft_matched"]["extra_steps"] >= 1 and matched["seconds"] >= grpo_s
+    # ... from the SFT adapter chosen on validation, which the later notebooks find at sft/adapter
+    sft_choice = report["choices"]["sft_best"]
+    assert matched["init_adapter"] == sft_choice["adapter"] and (report["sft"]["lr"], report["sft"]["steps"]) == \
+        (sft_choice["lr"], sft_choice["steps"]) and (root / "sft" / "adapter" / "adapter_config.json").exists()
+    assert {(t["lr"], t["steps"]) for t in report["tried"] if t["arm"] == "sft_best"} == {(1e-3, 1), (1e-3, 2)}
+    # SFT saw only the regime's demonstrations: the cheap strategy's successes, a one-word search each
+    for line in (root / "tasks" / "demos.jsonl").read_text().splitlines():
+        first_call = next(m for m in json.loads(line)["messages"] if m["role"] == "assistant")["tool_calls"][0]
+        assert len(first_call["function"]["arguments"]["query"].split()) == 1
+    test_ids = {json.loads(line)["id"] for line in (root / "tasks" / "test.jsonl").read_text().splitlines()}
+    for stage, path in report["rollouts"].items():
+        assert {json.loads(line)["task"]["id"] for line in Path(path).read_text().splitlines()} == test_ids, stage
     # checkpoint evals during training read validation tasks; the test split is only read by the final evals
     val_ids = {json.loads(line)["id"] for line in (root / "tasks" / "validation.jsonl").read_text().splitlines()}
     for path in (root / "grpo" / "evals").glob("*.rollouts.jsonl"):

@@ -152,6 +152,20 @@ def expert(task: Task):
     yield ToolCall("answer", {"value": value.group(1).strip() if value else ""})
 
 
+def last_name_only(task: Task):
+    """The cheap strategy: search the person's last name alone and answer from the first record, unchecked.
+
+    Each last name is shared by 20 people and the search lists the lowest ids first, so this succeeds when the
+    person asked about happens to come first, or shares the attribute with whoever does (measured on every
+    question of each split: train 0.17, validation 0.05, test 0.09; train people have the lowest ids).
+    """
+    last = re.findall(r"\b(" + "|".join(LAST) + r")\b", task.question)
+    result = yield ToolCall("search_people", {"query": last[-1] if last else task.question})
+    first = result.splitlines()[0] if result else ""
+    value = re.search(rf"{task.answer['attribute']}: ([^|]+)", first)
+    yield ToolCall("answer", {"value": value.group(1).strip() if value else ""})
+
+
 def random_policy(task: Task):
     rng = seeded_rng("lookup-random", task.id)
     yield ToolCall("search_people", {"query": rng.choice(FIRST)})
@@ -192,6 +206,6 @@ SPEC = EnvSpec(
     name="lookup", env_class=LookupEnv, make_tasks=make_tasks, evaluate=evaluate,
     default_reward=DEFAULT_REWARD, hint=hint,
     budget=Budget(max_turns=3, max_new_tokens=48, max_context=1024),  # search, answer, one spare; calls ~30 tokens
-    expert=expert, random_policy=random_policy, audit_keys=audit_keys,
+    expert=expert, random_policy=random_policy, audit_keys=audit_keys, cheap_policy=last_name_only,
     description="Fictional people directory: search by name, answer one attribute (fixture and quickstart).",
 )
