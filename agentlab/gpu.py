@@ -1,4 +1,4 @@
-"""The GPU path: the Qwen3-4B-Instruct-2507 recipe (seed 000), vLLM generation (colocate or server), Unsloth
+"""The GPU path: the Qwen3-4B-Instruct-2507 recipe (the Silico product-finder run's), vLLM generation (colocate or server), Unsloth
 LoRA, multi-GPU launch configs (accelerate / DeepSpeed) and TRL's asynchronous GRPO — real engines, not ours.
 
 Single GPU, vLLM colocated with training::

@@ -1,4 +1,4 @@
-"""An LLM judge as a reward term (seed 001): any OpenAI-compatible endpoint grades the submitted answer 0..1.
+"""An LLM judge as a reward term (as in the 'How to Train an Agent' tutorial): any OpenAI-compatible endpoint grades the submitted answer 0..1.
 
 Off by default. A judge that cannot be reached raises :class:`~agentlab.types.InfraError`: the loop retries it
 with backoff and, if it stays down, the episode is an infra failure, never a 0 reward for the policy.

@@ -51,7 +51,7 @@ GenerateFn = Callable[[list[list[int]]], list[list[int]]]
 
 @dataclass(frozen=True)
 class LoopConfig:
-    """Budgets of one episode. Train and eval budgets may differ (seed 000 trained in 12 turns, scored in 30):
+    """Budgets of one episode. Train and eval budgets may differ (the Silico product-finder run trained in 12 turns, scored in 30):
     keep them equal unless you mean to measure that gap."""
 
     max_turns: int = Budget.max_turns            # see agentlab.types.Budget; LoopConfig.of(spec) uses the env's

@@ -3,6 +3,7 @@
     python benchmarks/rl_vs_sft.py                                   # the study's settings, seeds 0 1 2
     python benchmarks/rl_vs_sft.py --seeds 0 --regime easy:32        # one seed of another regime
     python benchmarks/rl_vs_sft.py --gather-only                     # rebuild the JSON from finished run folders
+    python benchmarks/rl_vs_sft.py --table                           # the README's table, from the JSON
 
 Each seed is a resumable run folder ``runs/rl-vs-sft/<env>/<regime>/seed-<k>``: kill this script and start it
 again and it continues where it stopped. Regimes and settings were chosen on seed 0's validation split only; every
@@ -78,10 +79,28 @@ def merge_earlier(earlier: dict | None, tried: list[dict], seeds: list[dict], en
     return tried, seeds
 
 
+def markdown_table(study: dict) -> str:
+    """The README's table of the study, one row per seed, every figure read from ``rl_vs_sft.json``."""
+    arms = [a for a in ("sft_best", "sft_matched", "rft", "grpo") if any(a in s for s in study["seeds"])]
+    diffs = [f"grpo_minus_{a}" for a in arms if a != "grpo"]
+    head = ["seed", *(f"`{a}`" for a in arms), *(f"GRPO − `{d.removeprefix('grpo_minus_')}`" for d in diffs)]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in study["seeds"]:
+        cells = [str(s["seed"])]
+        cells += [f"{s[a]['success']:.3f} [{s[a]['ci_low']:.3f}, {s[a]['ci_high']:.3f}]" if a in s else "" for a in arms]
+        for d in diffs:
+            x = s.get(d)
+            text = f"{x['mean']:+.3f} [{x['ci_low']:+.3f}, {x['ci_high']:+.3f}]" if x else ""
+            cells.append(f"**{text}**" if x and x["ci_low"] > 0 else text)  # bold: the paired CI is above 0
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--gather-only", action="store_true", help="only rebuild the JSON from finished seeds")
+    parser.add_argument("--table", action="store_true", help="print the README's markdown table from the JSON")
     parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated subset of the arms (default: all)")
     names = {f.name for f in fields(CompareConfig)} - {"name", "seed"}
     for name in sorted(names):
@@ -89,6 +108,9 @@ def main(argv=None) -> int:
         parser.add_argument("--" + name.replace("_", "-"), default=None,
                             help=f"default {default}" + (" (comma-separated)" if isinstance(default, tuple) else ""))
     args = parser.parse_args(argv)
+    if args.table:
+        print(markdown_table(json.loads((RESULTS / "rl_vs_sft.json").read_text())))
+        return 0
     base = CompareConfig.from_text({name: getattr(args, name) for name in names})
     root = runs_dir() / "rl-vs-sft"
     seeds = []

@@ -5,7 +5,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
 
-from rl_vs_sft import merge_earlier
+from rl_vs_sft import markdown_table, merge_earlier
 
 
 def _point(run, steps):
@@ -59,3 +59,15 @@ def test_loss_types_runs_each_type_from_one_start_and_pairs_it_with_dapo(tmp_pat
     diff = out["types"]["luspo"]["minus_dapo"]
     assert diff["ci_low"] <= diff["mean"] <= diff["ci_high"]
     assert out["types"]["dapo"]["train_seconds"] > 0
+
+
+def test_the_readme_table_bolds_only_differences_whose_interval_is_above_zero():
+    entry = {"success": 0.5, "ci_low": 0.4, "ci_high": 0.6}
+    study = {"seeds": [{"seed": 0, "sft_best": entry, "grpo": {**entry, "success": 0.7},
+                        "grpo_minus_sft_best": {"mean": 0.2, "ci_low": 0.1, "ci_high": 0.3}},
+                       {"seed": 1, "sft_best": entry, "grpo": entry,
+                        "grpo_minus_sft_best": {"mean": 0.0, "ci_low": -0.1, "ci_high": 0.1}}]}
+    lines = markdown_table(study).splitlines()
+    assert lines[0] == "| seed | `sft_best` | `grpo` | GRPO − `sft_best` |" and len(lines) == 4
+    assert lines[2].endswith("| **+0.200 [+0.100, +0.300]** |") and "0.700 [0.400, 0.600]" in lines[2]
+    assert lines[3].endswith("| +0.000 [-0.100, +0.100] |")

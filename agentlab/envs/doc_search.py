@@ -397,5 +397,5 @@ SPEC = EnvSpec(
     default_reward=DEFAULT_REWARD, answer_cap=MAX_CURATED,
     valid_rollout=lambda outcome: bool(outcome.final),  # the write-up: at least one document curated
     expert=expert, random_policy=random_policy, audit_keys=audit_keys,
-    description="Curate the Python-documentation chunks that support 1-3 facts (F4 reward, seed 002).",
+    description="Curate the Python-documentation chunks that support 1-3 facts (F4 reward, after the GRPO search-agent post).",
 )
