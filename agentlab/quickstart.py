@@ -75,14 +75,11 @@ def _peak_rss_gb() -> float:
 
 
 def run_quickstart(cfg: QuickstartConfig = QuickstartConfig(), overwrite: bool = False) -> dict:
-    import time
-
     from agentlab.compare import Comparison, run_compare
     from agentlab.evals import success_entry
     from agentlab.pipeline import print_summary
     from agentlab.plots import plot_report
 
-    t_start = time.time()
     ccfg = cfg.compare()
     cmp = Comparison(ccfg, overwrite=overwrite)
     print(f"\n=== {cfg.model} on {cfg.env}: the base model, then {', '.join(ARMS)} ===", flush=True)
@@ -96,7 +93,8 @@ def run_quickstart(cfg: QuickstartConfig = QuickstartConfig(), overwrite: bool =
     if not (sft_copy / "adapter_config.json").exists():
         shutil.copytree(result["choices"]["sft_best"]["adapter"], sft_copy, dirs_exist_ok=True)
     report = _report(cfg, success_entry(base), result, run)
-    report["total_s"] = round(time.time() - t_start, 1)
+    earlier = run.read_json("report.json") or {}  # a resumed run: the process that did the work peaked higher
+    report["peak_rss_gb"] = max(report["peak_rss_gb"], earlier.get("peak_rss_gb", 0.0))
     run.write_json("report.json", report)
     grpo_run = RunDir(run.path / "grpo")
     plot_report(report, grpo_run.metrics(), grpo_run.evals(), run.path / "report.png")
@@ -111,10 +109,15 @@ def _report(cfg: QuickstartConfig, base: dict, result: dict, run: RunDir) -> dic
     def total(prefix: str) -> float:
         return round(sum(v for k, v in seconds.items() if k.startswith(prefix)), 1)
 
+    timings = {"synthesise": seconds.get("tasks", 0.0), "eval_base": seconds.get("test_base", 0.0),
+               "sft_search": total("sft_best_"), "grpo": seconds.get("grpo", 0.0),
+               "sft_matched": seconds.get("sft_matched", 0.0),
+               "test_evals": round(total("test_") - seconds.get("test_base", 0.0), 1)}
     return {
         "title": f"{cfg.model} on {cfg.env}, regime {cfg.regime}: base → SFT (lr {sft['lr']:g}, {sft['steps']} "
                  f"steps, chosen on validation) → GRPO (checkpoint {grpo['step']} of {cfg.grpo_steps}); SFT "
-                 f"continued for GRPO's {grpo['train_seconds']:.0f} s: +{matched['extra_steps']} steps",
+                 f"continued for GRPO's {grpo['train_seconds']:.0f} s: +{matched['steps_run']} steps, checkpoint "
+                 f"+{matched['extra_steps']} chosen",
         "env": cfg.env, "model": cfg.model, "regime": cfg.regime, "n": result["n"],
         "base": base, "sft": {**result["sft_best"], "lr": sft["lr"], "steps": sft["steps"]},
         "grpo": {**result["grpo"], "step": grpo["step"]},
@@ -124,10 +127,8 @@ def _report(cfg: QuickstartConfig, base: dict, result: dict, run: RunDir) -> dic
         "rollouts": {stage: str(run.path / "test" / arm / "rollouts.jsonl") for stage, arm in
                      (("base", "base"), ("sft", "sft_best"), ("grpo", "grpo"), ("sft_matched", "sft_matched"))},
         "choices": choices, "tried": result["tried"],
-        "timings_s": {"synthesise": seconds.get("tasks", 0.0), "eval_base": seconds.get("test_base", 0.0),
-                      "sft_search": total("sft_best_"), "grpo": seconds.get("grpo", 0.0),
-                      "sft_matched": seconds.get("sft_matched", 0.0),
-                      "test_evals": round(total("test_") - seconds.get("test_base", 0.0), 1)},
+        # Each stage's seconds are recorded once, when it ran: their sum is the run's time even when resumed.
+        "timings_s": timings, "total_s": round(sum(timings.values()), 1),
         "seconds": seconds, "peak_rss_gb": round(_peak_rss_gb(), 2),
         "machine": describe(),
         "config": asdict(cfg),
