@@ -156,7 +156,8 @@ def _cmd_sweep(a) -> int:
     for f in ("steps", "eval_every", "eval_tasks", "max_new_tokens", "model", "env"):
         if getattr(a, f) is not None:
             fixed[f] = getattr(a, f)
-    sweep = plan(a.name, Experiment(name=a.name, **fixed), axes, a.mode)  # every run validated up front
+    seeds = tuple(int(v) for v in a.seeds.split(",") if v.strip()) if a.seeds else ()
+    sweep = plan(a.name, Experiment(name=a.name, **fixed), axes, a.mode, seeds)  # every run validated up front
     print(sweep.describe(), flush=True)
     folder = Path(a.tasks) if a.tasks else None
     env = sweep.base.env
@@ -312,6 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-tasks", type=int, default=None)
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument("--mode", default="axes", choices=["axes", "grid"], help="one field at a time, or all combinations")
+    p.add_argument("--seeds", default=None, help="repeat every setting once per seed, e.g. 0,1,2 (prompt order and "
+                                                 "sampling change with the seed)")
     p.add_argument("--init-adapter", default=None)
     p.add_argument("--tasks", default=None, help="folder with train/validation/test.jsonl (default data/tasks/<env>)")
     p.add_argument("--eval-split", default="validation", choices=["validation", "test"])

@@ -227,6 +227,45 @@ def plot_runs(runs: dict[str, dict], metric: str = "success", x: str = "step", a
     return ax
 
 
+def plot_seeds(groups: dict[str, list[dict]], metric: str = "success", x: str = "step", ax=None, smooth: int = 1,
+               title: str = ""):
+    """Several seeds per setting (``agentlab.sweeps.select_seeds``): each seed's run thin, the mean over seeds
+    thick, the range between the lowest and highest seed shaded. With three seeds the range is what to read: a
+    difference between settings is worth believing when their ranges do not overlap."""
+    plt = _plt()
+    import numpy as np
+
+    if metric not in RUN_METRICS:
+        raise ValueError(f"metric {metric!r} unknown; expected one of {list(RUN_METRICS)}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.8))
+    for i, (label, runs) in enumerate(groups.items()):
+        color, curves = f"C{i % 10}", []
+        for run in runs:
+            per_step = run["config"].get("groups_per_step", 1) if x == "prompts_seen" else 1
+            if metric == "success":
+                pts = {e["step"] * per_step: e["success"]["mean"] for e in run["evals"]}
+            else:
+                ms = [m for m in run["metrics"] if m.get(metric) is not None]
+                pts = dict(zip([m["step"] * per_step for m in ms], _rolling([m[metric] for m in ms], smooth),
+                               strict=True))
+            curves.append(pts)
+            ax.plot(list(pts), list(pts.values()), "-", color=color, alpha=0.3, lw=0.8)
+        common = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+        if common:
+            ys = np.array([[c[k] for k in common] for c in curves])
+            ax.plot(common, ys.mean(0), "o-" if metric == "success" else "-", color=color, lw=2,
+                    label=f"{label} (mean of {len(curves)} seeds)")
+            ax.fill_between(common, ys.min(0), ys.max(0), color=color, alpha=0.12)
+    ax.set_xlabel("prompts seen" if x == "prompts_seen" else "GRPO step")
+    ax.set_ylabel(RUN_METRICS[metric].replace("95% CI", "seeds' range"))
+    if metric in ("success", "valid_rollouts", "zero_variance_groups"):
+        ax.set_ylim(-0.05, 1.05)
+    ax.set_title(title or RUN_METRICS[metric].split(" (")[0])
+    ax.legend(fontsize=7)
+    return ax
+
+
 def plot_comparison(result: dict, grpo_evals: list[dict], path: str | Path | None = None):
     """``agentlab compare``'s figure: each arm's test success, GRPO minus each baseline (paired), and GRPO's
     validation curve against the chosen SFT start."""

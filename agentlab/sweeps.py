@@ -27,15 +27,22 @@ def _fmt(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def settings(base: Experiment, axes: dict[str, list], mode: str = "axes") -> list[dict]:
+def settings(base: Experiment, axes: dict[str, list], mode: str = "axes", seeds: tuple[int, ...] = ()) -> list[dict]:
     """The settings a sweep runs, each a dict of the fields that differ from ``base`` (``{}`` is the base).
+
+    ``seeds``: every setting once per seed (the seed changes GRPO's sampling and the order prompts are drawn in),
+    so a conclusion can rest on more than one run.
 
     >>> settings(Experiment(lr=2e-4, groups_per_step=2), {"lr": [1e-4, 2e-4], "groups_per_step": [1, 2]})
     [{'lr': 0.0001}, {}, {'groups_per_step': 1}]
+    >>> settings(Experiment(lr=2e-4, seed=0), {"lr": [1e-4, 2e-4]}, seeds=(0, 1))
+    [{'lr': 0.0001}, {'lr': 0.0001, 'seed': 1}, {}, {'seed': 1}]
     """
     bad = [k for k in axes if k not in SWEEPABLE]
     if bad:
         raise ValueError(f"cannot sweep {bad}; sweepable fields: {list(SWEEPABLE)}")
+    if seeds and "seed" in axes:
+        raise ValueError("give the seeds either as an axis (seed=...) or as repeats (seeds=...), not both")
     if mode not in ("axes", "grid"):
         raise ValueError(f"mode={mode!r}; expected 'axes' (one field at a time) or 'grid' (every combination)")
     if mode == "grid":
@@ -47,6 +54,8 @@ def settings(base: Experiment, axes: dict[str, list], mode: str = "axes") -> lis
         diff = {k: v for k, v in combo.items() if getattr(base, k) != v}
         if diff not in out:
             out.append(diff)
+    if seeds:
+        out = [{**diff, "seed": seed} if seed != base.seed else diff for diff in out for seed in dict.fromkeys(seeds)]
     return out
 
 
@@ -68,9 +77,10 @@ class SweepPlan:
         return "\n".join(lines)
 
 
-def plan(name: str, base: Experiment, axes: dict[str, list], mode: str = "axes") -> SweepPlan:
+def plan(name: str, base: Experiment, axes: dict[str, list], mode: str = "axes",
+         seeds: tuple[int, ...] = ()) -> SweepPlan:
     """Validate every experiment of the sweep before any of them starts."""
-    runs = {run_key(d): replace(base, name=f"{name}/{run_key(d)}", **d) for d in settings(base, axes, mode)}
+    runs = {run_key(d): replace(base, name=f"{name}/{run_key(d)}", **d) for d in settings(base, axes, mode, seeds)}
     return SweepPlan(name, base, runs)
 
 
@@ -117,3 +127,27 @@ def select(runs: dict[str, dict], field: str, base: Experiment | dict) -> dict[s
         if not others:
             keep[_fmt(cfg[field])] = run
     return dict(sorted(keep.items(), key=lambda kv: float(kv[0])))
+
+
+def select_seeds(runs: dict[str, dict], field: str, base: Experiment | dict) -> dict[str, list[dict]]:
+    """Like :func:`select`, but every seed of a setting kept: ``{value: [run per seed, by seed]}``."""
+    base = base.to_config() if isinstance(base, Experiment) else base
+    keep: dict[str, list[dict]] = {}
+    for run in runs.values():
+        cfg = run["config"]
+        others = [k for k in SWEEPABLE if k not in (field, "seed") and k in cfg and cfg[k] != base.get(k)]
+        if not others:
+            keep.setdefault(_fmt(cfg[field]), []).append(run)
+    return {k: sorted(v, key=lambda r: r["config"].get("seed", 0))
+            for k, v in sorted(keep.items(), key=lambda kv: float(kv[0]))}
+
+
+def final_success(runs: list[dict]) -> dict:
+    """The last checkpoint's validation success of each seed's run, their mean and range:
+    ``{"per_seed", "mean", "low", "high", "step"}`` (runs that have no evaluation yet are left out)."""
+    finals = [r["evals"][-1] for r in runs if r["evals"]]
+    values = [e["success"]["mean"] for e in finals]
+    if not values:
+        return {"per_seed": [], "mean": float("nan"), "low": float("nan"), "high": float("nan"), "step": None}
+    return {"per_seed": values, "mean": sum(values) / len(values), "low": min(values), "high": max(values),
+            "step": min(e["step"] for e in finals)}

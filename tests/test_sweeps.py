@@ -58,3 +58,35 @@ def test_a_config_field_added_later_at_its_default_keeps_old_runs_resumable(tmp_
     other.prepare({"lr": 1.0})
     with pytest.raises(RunExistsError, match="hint_p"):  # a non-default value is a real change
         other.prepare({"lr": 1.0, "hint_p": 0.5}, defaults={"hint_p": 0.0})
+
+
+def test_seeds_repeat_every_setting_and_are_read_back_together(tmp_path):
+    """``seeds``: each setting once per seed; ``select_seeds`` groups an axis's runs over seeds, ``final_success``
+    and ``plot_seeds`` summarise them (synthetic run dicts: no model)."""
+    from agentlab.plots import plot_seeds
+    from agentlab.sweeps import final_success, plan, select_seeds, settings
+    from agentlab.train import Experiment
+
+    base = Experiment(lr=2e-4, groups_per_step=2, seed=0)
+    sweep = plan("s", base, {"lr": [1e-4, 2e-4]}, seeds=(0, 1, 2))
+    assert list(sweep.runs) == ["lr=0.0001", "lr=0.0001,seed=1", "lr=0.0001,seed=2", "base", "seed=1", "seed=2"]
+    assert sweep.runs["seed=2"].seed == 2 and sweep.runs["lr=0.0001,seed=1"].lr == 1e-4
+    with pytest.raises(ValueError, match="not both"):
+        settings(base, {"seed": [0, 1]}, seeds=(0, 1))
+
+    def run(lr, seed, success):
+        ev = [{"step": s, "success": {"mean": v, "ci_low": v, "ci_high": v, "n": 8}} for s, v in zip((0, 4), success)]
+        return {"config": {**base.to_config(), "lr": lr, "seed": seed}, "evals": ev,
+                "metrics": [{"step": s, "reward_mean": v} for s, v in zip((1, 2), success)]}
+
+    runs = {"a": run(1e-4, 0, (0.2, 0.4)), "b": run(1e-4, 1, (0.2, 0.6)), "c": run(2e-4, 0, (0.2, 0.8)),
+            "d": run(2e-4, 2, (0.2, 0.5)), "other": {**run(2e-4, 0, (0, 0)), "config": {
+                **base.to_config(), "groups_per_step": 4}}}
+    groups = select_seeds(runs, "lr", base)
+    assert list(groups) == ["0.0001", "0.0002"] and [r["config"]["seed"] for r in groups["0.0002"]] == [0, 2]
+    f = final_success(groups["0.0002"])
+    assert f["per_seed"] == [0.8, 0.5] and f["low"] == 0.5 and f["high"] == 0.8 and abs(f["mean"] - 0.65) < 1e-9
+    ax = plot_seeds(groups, "success")
+    assert len(ax.lines) == 2 * 2 + 2 and ax.get_legend_handles_labels()[1][0] == "0.0001 (mean of 2 seeds)"
+    plot_seeds(groups, "reward_mean")
+    ax.figure.savefig(tmp_path / "seeds.png")
