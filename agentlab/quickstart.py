@@ -88,7 +88,7 @@ def run_quickstart(cfg: QuickstartConfig = QuickstartConfig(), overwrite: bool =
     base = cmp._timed("test_base", cmp.evaluate, cmp.run.path / "test" / "base", None, test, "base")
     print_summary(base)
     result = run_compare(ccfg, arms=ARMS)
-    run = RunDir(cfg.name)
+    run = cmp.run
     sft_copy = run.path / "sft" / "adapter"
     if not (sft_copy / "adapter_config.json").exists():
         shutil.copytree(result["choices"]["sft_best"]["adapter"], sft_copy, dirs_exist_ok=True)

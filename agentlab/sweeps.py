@@ -117,27 +117,25 @@ def load_sweep(path: str | Path) -> dict[str, dict]:
     return {p.parent.name: load_run(p.parent) for p in sorted(path.glob("*/config.json"))}
 
 
-def select(runs: dict[str, dict], field: str, base: Experiment | dict) -> dict[str, dict]:
-    """The runs of one axis: those differing from ``base`` in ``field`` only (the base included), by value."""
+def _axis_runs(runs: dict[str, dict], field: str, base: Experiment | dict, ignore: tuple[str, ...] = ()):
+    """``(value, run)`` for each run differing from ``base`` in ``field`` only (fields in ``ignore`` aside)."""
     base = base.to_config() if isinstance(base, Experiment) else base
-    keep = {}
     for run in runs.values():
         cfg = run["config"]
-        others = [k for k in SWEEPABLE if k != field and k in cfg and cfg[k] != base.get(k)]
-        if not others:
-            keep[_fmt(cfg[field])] = run
-    return dict(sorted(keep.items(), key=lambda kv: float(kv[0])))
+        if not [k for k in SWEEPABLE if k not in (field, *ignore) and k in cfg and cfg[k] != base.get(k)]:
+            yield _fmt(cfg[field]), run
+
+
+def select(runs: dict[str, dict], field: str, base: Experiment | dict) -> dict[str, dict]:
+    """The runs of one axis: those differing from ``base`` in ``field`` only (the base included), by value."""
+    return dict(sorted(_axis_runs(runs, field, base), key=lambda kv: float(kv[0])))
 
 
 def select_seeds(runs: dict[str, dict], field: str, base: Experiment | dict) -> dict[str, list[dict]]:
     """Like :func:`select`, but every seed of a setting kept: ``{value: [run per seed, by seed]}``."""
-    base = base.to_config() if isinstance(base, Experiment) else base
     keep: dict[str, list[dict]] = {}
-    for run in runs.values():
-        cfg = run["config"]
-        others = [k for k in SWEEPABLE if k not in (field, "seed") and k in cfg and cfg[k] != base.get(k)]
-        if not others:
-            keep.setdefault(_fmt(cfg[field]), []).append(run)
+    for value, run in _axis_runs(runs, field, base, ignore=("seed",)):
+        keep.setdefault(value, []).append(run)
     return {k: sorted(v, key=lambda r: r["config"].get("seed", 0))
             for k, v in sorted(keep.items(), key=lambda kv: float(kv[0]))}
 
