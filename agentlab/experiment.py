@@ -138,11 +138,14 @@ def lora_config(r: int):
 
 
 def _threads() -> None:
-    """All of this machine's cores, shared among the processes training on it."""
+    """All of this machine's cores, shared among the processes training on it; ``OMP_NUM_THREADS``, when set, wins
+    (torch already reads it)."""
     import os
 
     import torch
 
+    if os.environ.get("OMP_NUM_THREADS"):
+        return
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local))
 

@@ -4,10 +4,12 @@
     python benchmarks/loss_types.py --types dapo grpo    # a subset
     python benchmarks/loss_types.py --smoke              # tiny model, seconds
 
-Each run starts from the same SFT adapter (the quickstart's regime: 4 steps on 48 expert demonstrations), trains
-``--steps`` GRPO steps with one ``loss_type`` and everything else equal (seed, lr, groups, G, T; TRL's
-RepeatSampler gives every run the same prompts in the same order), and is evaluated greedily on the same
-validation tasks (never test: this chooses a setting). Written: ``benchmarks/results/loss_types.json`` (each
+Each run starts from the same SFT adapter (4 steps at lr 1e-3 on 48 expert demonstrations: a deliberately
+unfinished start, so that eight steps of any loss have room to move; it is *not* a baseline, and the distance from it
+is not a gain over SFT — `agentlab compare` measures that), trains ``--steps`` GRPO steps with one ``loss_type`` and
+everything else equal (seed, lr 2e-4, 2 groups x G 4, T 1.0 as in the quickstart; TRL's RepeatSampler gives every
+run the same prompts in the same order), and is evaluated greedily on the same validation tasks (never test: this
+chooses a setting). Written: ``benchmarks/results/loss_types.json`` (each
 type's validation success with its CI, the paired difference to TRL's default ``dapo``, seconds, and its
 training diagnostics) and ``loss_types.png``. Run folders ``runs/loss-types/<type>`` resume after a kill.
 """
@@ -72,7 +74,7 @@ def main(argv=None) -> dict:
         run = RunDir(root / loss_type)
         exp = Experiment(name=f"loss-types/{loss_type}", model=model, env="lookup", loss_type=loss_type,
                          lr=2e-4, groups_per_step=1 if args.smoke else 2, group_size=2 if args.smoke else 4,
-                         temperature=0.7, steps=steps, eval_every=steps, eval_tasks=2,
+                         temperature=1.0, steps=steps, eval_every=steps, eval_tasks=2,
                          max_new_tokens=8 if args.smoke else 48, seed=args.seed)
         t0 = time.time()
         if not run.finished:
@@ -100,7 +102,7 @@ def main(argv=None) -> dict:
             diff = out["types"][loss_type]["validation"]["success"] - out["types"][reference]["validation"]["success"]
             out["types"][loss_type][f"minus_{reference}"] = {"mean": diff, "ci_low": low, "ci_high": high}
     low, high = paired_bootstrap_ci(start_eps, episodes[reference])
-    out[f"{reference}_minus_sft"] = {"mean": out["types"][reference]["validation"]["success"] - out["sft"]["success"],
+    out[f"{reference}_minus_start"] = {"mean": out["types"][reference]["validation"]["success"] - out["sft"]["success"],
                                      "ci_low": low, "ci_high": high}
     if args.smoke:
         return out
