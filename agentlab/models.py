@@ -120,24 +120,28 @@ def _build_smollm2_cache(gguf: Path, folder: Path, stamp: dict) -> None:
     os.replace(tmp, folder)
 
 
+def _ensure_cache(gguf: Path, folder: Path) -> None:
+    """Build the dequantised cache unless a valid one is there. Two processes may find it missing at once (two
+    notebooks, parallel test workers): one builds it under an exclusive lock while the other waits and then finds it
+    valid. Without the lock the second would delete the folder the first had just put in place, maybe mid-read."""
+    stamp = _source_stamp(gguf)
+    if _cache_is_valid(folder, stamp):
+        return
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _cache_is_valid(folder, stamp):
+            if folder.exists():
+                print(f"[agentlab] model cache at {folder} is stale or corrupt: rebuilding it")
+            else:
+                print(f"[agentlab] first use: dequantising {gguf.name} into {folder} (once, ~30 s)")
+            _build_smollm2_cache(gguf, folder, stamp)
+
+
 def _load_smollm2(folder: Path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    gguf = smollm2_gguf_path()
-    stamp = _source_stamp(gguf)
-    if not _cache_is_valid(folder, stamp):
-        # Two processes may find the cache missing at once (two notebooks, parallel test workers): one builds it
-        # under an exclusive lock while the other waits, then finds it valid. Without the lock the second would
-        # delete the folder the first had just put in place, possibly while the first was reading it.
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        with open(folder.parent / f".{folder.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not _cache_is_valid(folder, stamp):
-                if folder.exists():
-                    print(f"[agentlab] model cache at {folder} is stale or corrupt: rebuilding it")
-                else:
-                    print(f"[agentlab] first use: dequantising {gguf.name} into {folder} (once, ~30 s)")
-                _build_smollm2_cache(gguf, folder, stamp)
+    _ensure_cache(smollm2_gguf_path(), folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype="float32")
     tok = AutoTokenizer.from_pretrained(folder)
     model.config.name_or_path = DEFAULT_MODEL

@@ -115,3 +115,28 @@ def test_unsloth_and_vllm_paths_fail_clearly_without_cuda():
     assert settings["use_vllm"] and settings["vllm_mode"] == "server"
     with pytest.raises(ValueError, match="unknown vLLM mode"):
         models.vllm_settings("qwen3-4b-instruct-2507", mode="bogus")
+
+
+def test_two_loaders_finding_no_cache_build_it_once(tmp_path, monkeypatch):
+    import threading
+
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"gguf")
+    builds = []
+
+    def slow_build(gguf, folder, stamp):  # what the real build leaves behind, slowly enough for both to see it missing
+        builds.append(folder)
+        time.sleep(0.5)
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(b"weights")
+        (folder / "manifest.json").write_text(json.dumps({"source": stamp, "sha256": models._sha256(
+            folder / "model.safetensors")}))
+
+    monkeypatch.setattr(models, "_build_smollm2_cache", slow_build)
+    folder = tmp_path / "cache" / "smollm2-135m"
+    workers = [threading.Thread(target=models._ensure_cache, args=(gguf, folder)) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert len(builds) == 1 and models._cache_is_valid(folder, models._source_stamp(gguf))
