@@ -138,13 +138,14 @@ def lora_config(r: int):
 
 
 def _threads() -> None:
-    """All of this machine's cores, shared among the processes training on it; ``OMP_NUM_THREADS``, when set, wins
-    (torch already reads it)."""
+    """All of this machine's cores, shared among the processes training on it. In a plain process an
+    ``OMP_NUM_THREADS`` set by the user (or a test runner) wins; under torchrun it is not read, because torchrun sets
+    it to 1 itself whenever it starts several processes."""
     import os
 
     import torch
 
-    if os.environ.get("OMP_NUM_THREADS"):
+    if "LOCAL_WORLD_SIZE" not in os.environ and os.environ.get("OMP_NUM_THREADS"):
         return
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local))

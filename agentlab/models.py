@@ -109,7 +109,6 @@ def _build_smollm2_cache(gguf: Path, folder: Path, stamp: dict) -> None:
     del config.quantization_config
     plain = AutoModelForCausalLM.from_config(config)
     plain.load_state_dict(quantised.state_dict())
-    folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
     plain.save_pretrained(tmp)
     tok.save_pretrained(tmp)

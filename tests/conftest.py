@@ -7,9 +7,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# `make test` runs two pytest-xdist workers on a 2-core machine. Each worker, and every process it starts (CLI
-# subprocesses, notebook kernels, torchrun workers), then uses one thread: with OpenMP's default of one thread per
-# core, two workers would run four spinning threads on two cores, which slows both by an order of magnitude.
+# `make test` runs two pytest-xdist workers. Each worker, and every process it starts (CLI subprocesses, notebook
+# kernels, torchrun workers), then uses cores / workers threads (one on 2 cores): with OpenMP's default of one thread
+# per core, two workers would run four spinning threads on two cores, which slows both by an order of magnitude.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[_var] = str(max(1, (os.cpu_count() or 2) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
