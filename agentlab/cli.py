@@ -134,6 +134,7 @@ def _cmd_train(a) -> int:
 
 
 def _cmd_sweep(a) -> int:
+    from agentlab.fields import field_type, parse_value
     from agentlab.sweeps import SWEEPABLE, plan, run_sweep
     from agentlab.train import Experiment
 
@@ -142,15 +143,11 @@ def _cmd_sweep(a) -> int:
         raw = getattr(a, name)
         if raw is None:
             continue
-        kind = type(getattr(Experiment, name))
-        try:
-            values = [kind(v) for v in raw.split(",") if v.strip()]
-        except ValueError:
-            raise ValueError(f"--{name.replace('_', '-')} {raw!r}: expected comma-separated {kind.__name__} values")
+        values = parse_value(name, raw, field_type(Experiment.__dataclass_fields__[name]), many=True)
         if len(values) == 1:
             fixed[name] = values[0]
         else:
-            axes[name] = values
+            axes[name] = list(values)
     if not axes:
         raise ValueError("nothing to sweep: give at least one field several values, e.g. --lr 1e-4,2e-4,5e-4")
     for f in ("steps", "eval_every", "eval_tasks", "max_new_tokens", "model", "env"):
@@ -244,7 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=_cmd_quickstart)
 
-    from agentlab.compare import ARMS, CompareConfig, field_type
+    from agentlab.compare import ARMS, CompareConfig
+    from agentlab.fields import field_type
 
     p = sub.add_parser("compare", help="does RL beat SFT here? GRPO vs tuned SFT, compute-matched SFT and RFT")
     for f in dataclasses.fields(CompareConfig):

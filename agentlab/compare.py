@@ -101,21 +101,9 @@ class CompareConfig:
         >>> CompareConfig.from_text({"sft_lrs": "1e-3,2e-3", "seed": "1", "env": None}).sft_lrs
         (0.001, 0.002)
         """
-        from dataclasses import fields
+        from agentlab.fields import typed_fields
 
-        values = {}
-        for f in fields(cls):
-            raw = given.get(f.name)
-            if raw is None:
-                continue
-            kind = field_type(f)
-            try:
-                values[f.name] = (tuple(kind(v) for v in str(raw).split(",") if v.strip())
-                                  if isinstance(f.default, tuple) else kind(raw))
-            except ValueError:
-                raise ValueError(f"--{f.name.replace('_', '-')} {raw!r}: expected "
-                                 f"{'comma-separated ' if isinstance(f.default, tuple) else ''}{kind.__name__} "
-                                 f"values") from None
+        values = typed_fields(cls, given)
         return cls.smoke(**values) if smoke else cls(**values)
 
     def experiment(self):
@@ -133,12 +121,6 @@ class CompareConfig:
                           max_context=self.max_context, temperature=0.0, batch_size=32)  # budgets resolved above
 
 
-def field_type(f) -> type:
-    """The type of a config field's values (``int`` for a budget field whose default, None, means the env's)."""
-    default = f.default[0] if isinstance(f.default, tuple) else f.default
-    return int if default is None else type(default)
-
-
 class Comparison:
     """The stages of one comparison over one run folder; each stage returns its output if it exists."""
 
@@ -150,8 +132,6 @@ class Comparison:
         self.run.prepare(cfg, overwrite=overwrite)
         self.tried: list[dict] = []
         self.seconds: dict[str, float] = self.run.read_json("seconds.json") or {}
-
-    # -- helpers ------------------------------------------------------------------------------------------------
 
     def _timed(self, key: str, fn, *args, **kwargs):
         """``fn(*args, **kwargs)``, its seconds recorded under ``key`` in ``seconds.json`` the first time."""
@@ -179,8 +159,6 @@ class Comparison:
         from agentlab.train import SFTSettings
 
         return SFTSettings(steps=steps, batch_size=self.cfg.sft_batch, lr=lr, seed=self.cfg.seed)
-
-    # -- stages -------------------------------------------------------------------------------------------------
 
     def tasks(self) -> dict[str, list[Task]]:
         from agentlab.synth import build_splits, expert_demos, load_tasks, save_splits
@@ -410,20 +388,10 @@ def run_compare(cfg: CompareConfig, arms: tuple[str, ...] = ARMS, overwrite: boo
 
     plot_comparison(result, RunDir(cmp.run.path / "grpo").evals() if "grpo" in arms else [],
                     cmp.run.path / "result.png")
+    from agentlab.pipeline import print_comparison
+
     print_comparison(result)
     return result
-
-
-def print_comparison(result: dict) -> None:
-    print(f"\n{result['env']}, regime {result['regime']}, seed {result['seed']}: greedy success on "
-          f"{result['n']} test tasks")
-    for arm in ARMS:
-        if arm in result:
-            e = result[arm]
-            print(f"  {arm:12s} {e['success']:.3f} [{e['ci_low']:.3f}, {e['ci_high']:.3f}]")
-    for key, d in result.items():
-        if key.startswith("grpo_minus_"):
-            print(f"  {key:26s} {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] (paired)")
 
 
 def _say(text: str) -> None:

@@ -209,3 +209,15 @@ def print_summary(summary: dict) -> None:
     if b:
         model = ", ".join(f"{k} {v}" for k, v in b.get("model", {}).items())
         print(f"  failures: model {b.get('model_total', 0)} ({model or 'none'}), infra {b.get('infra', 0)}")
+
+
+def print_comparison(result: dict) -> None:
+    """An ``agentlab compare`` result: each arm's test success, then GRPO minus each baseline (paired)."""
+    print(f"\n{result['env']}, regime {result['regime']}, seed {result['seed']}: greedy success on "
+          f"{result['n']} test tasks")
+    for arm, e in result.items():
+        if isinstance(e, dict) and {"success", "ci_low", "ci_high"} <= e.keys():
+            print(f"  {arm:12s} {e['success']:.3f} [{e['ci_low']:.3f}, {e['ci_high']:.3f}]")
+    for key, d in result.items():
+        if key.startswith("grpo_minus_"):
+            print(f"  {key:26s} {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] (paired)")

@@ -2,7 +2,7 @@
 
     python benchmarks/eval_throughput.py --adapter runs/quickstart/sft/adapter --n 200
 
-Target (issue 6): 200 greedy multi-turn episodes of the default environment in <= 3 min. Use an SFT adapter so
+Target: 200 greedy multi-turn episodes of the default environment in <= 3 min. Use an SFT adapter so
 episodes are real multi-turn tool use (the base model never calls a tool and ends after one turn).
 Writes ``benchmarks/results/eval_throughput.json``.
 """

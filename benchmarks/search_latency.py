@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agentlab.corpora import pydocs
+from agentlab.corpora import manpages, pydocs
 from agentlab.envs import load
 from agentlab.search import SearchIndex, index_text, words
 from agentlab.types import ToolCall, call_tool, seeded_rng
@@ -174,8 +174,7 @@ def main() -> None:
 
     results = {"config": vars(args), "python": sys.version.split()[0], "doc_search": [], "other_envs": {}}
     for name in args.corpora.split(","):
-        if name == "rich" and not (pydocs.RST_ROOT.is_dir() or any(
-                (pydocs.MAN_ROOT / f"man{s}").is_dir() for s in pydocs.MAN_SECTIONS)):
+        if name == "rich" and not (pydocs.RST_ROOT.is_dir() or manpages.available()):
             continue
         results["doc_search"].append(bench_doc_search(name, args.queries, args.cold))
     if args.synthetic:

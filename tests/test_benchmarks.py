@@ -59,6 +59,7 @@ def test_loss_types_runs_each_type_from_one_start_and_pairs_it_with_dapo(tmp_pat
     diff = out["types"]["luspo"]["minus_dapo"]
     assert diff["ci_low"] <= diff["mean"] <= diff["ci_high"]
     assert out["types"]["dapo"]["train_seconds"] > 0
+    assert out["start"]["sft_steps"] == 2 and 0 <= out["types"]["dapo"]["informative_steps"] <= out["steps"]
 
 
 def test_the_readme_table_bolds_only_differences_whose_interval_is_above_zero():

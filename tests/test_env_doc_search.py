@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentlab.corpora import pydocs
+from agentlab.corpora import manpages, pydocs
 from agentlab.envs import doc_search, load
 from agentlab.synth import audit_splits
 from agentlab.types import InfraError, Outcome, ToolCall, call_tool, run_policy, tool_names
@@ -101,7 +101,7 @@ def test_split_words_and_first_sentence():
 def test_man_page_parser():
     page = ('.TH printf 3 2023-02-05 "Linux man-pages 6.03"\n.SH NAME\nprintf, sprintf \\- formatted output '
             'conversion\n.SH DESCRIPTION\nThe functions in the\n.BR printf ()\nfamily produce \\fBoutput\\fP.\n')
-    name, sections = pydocs.man_page_text(page)
+    name, sections = manpages.man_page_text(page)
     assert name == "printf, sprintf - formatted output conversion"
     assert sections == [("DESCRIPTION", "The functions in the\nprintf()\nfamily produce output.")]
 

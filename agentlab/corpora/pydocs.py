@@ -17,7 +17,6 @@ a fingerprint of Python version, builder version and the sources' files; a stale
 from __future__ import annotations
 
 import ast
-import gzip
 import hashlib
 import os
 import re
@@ -30,6 +29,7 @@ from bisect import bisect_right
 from functools import lru_cache
 from pathlib import Path
 
+from agentlab.corpora import manpages
 from agentlab.paths import cache_dir
 from agentlab.search import SearchIndex
 
@@ -37,8 +37,6 @@ BUILDER_VERSION = 2
 MAX_WORDS = 300
 CORPORA = ("default", "rich")
 RST_ROOT = Path("/usr/share/doc/python3.11/html/_sources")
-MAN_ROOT = Path("/usr/share/man")
-MAN_SECTIONS = ("1", "2", "3", "4", "5", "7", "8")
 _SKIP_DIRS = {"site-packages", "test", "tests", "idle_test", "__pycache__"}
 _ROLE = re.compile(r":[a-z:]+:`~?!?([^`<]*?)(?:\s*<[^>]*>)?`")  # :func:`json.dumps` -> json.dumps
 
@@ -183,68 +181,10 @@ def rst_chunks() -> list[dict]:
     return chunks
 
 
-_GROFF = [(re.compile(p), r) for p, r in [
-    (r"\\f(\[[^\]]*\]|\(..|.)", ""), (r"\\\((em|en)", "-"), (r"\\\(aq", "'"), (r"\\\(dq", '"'),
-    (r"\\\(..", ""), (r"\\\[[^\]]*\]", ""), (r"\\[-e]", lambda m: "-" if m.group() == "\\-" else "\\"),
-    (r"\\[&~| ^0:]", lambda m: " " if m.group() in ("\\~", "\\ ", "\\0") else ""), (r"\\s[-+]?\d", ""),
-]]
-
-
-def man_page_text(source: str) -> tuple[str, list[tuple[str, str]]]:
-    """``(NAME line, [(section, text), …])`` of a groff man page, with font and escape codes removed."""
-    sections: list[tuple[str, list[str]]] = []
-    for raw in source.splitlines():
-        line = raw
-        for pattern, repl in _GROFF:
-            line = pattern.sub(repl, line)
-        if raw.startswith((".\\\"", "'\\\"", '.\\"')):
-            continue
-        if m := re.match(r"\.(SH|SS)\s*(.*)", line):
-            head = m.group(2).strip().strip('"')
-            if m.group(1) == "SH" or not sections:
-                sections.append((head, []))
-            else:
-                sections[-1][1].extend(["", head])
-        elif m := re.match(r"\.(B|I|BR|IR|RB|BI|IB|RI|SM|SB)\s+(.*)", line):
-            words = re.findall(r'"([^"]*)"|(\S+)', m.group(2))
-            sections and sections[-1][1].append(("" if len(m.group(1)) == 2 and m.group(1)[0] != "S" else " ").join(a or b for a, b in words))
-        elif re.match(r"\.(PP|P|LP|TP|IP|sp|br|RS|RE|EX|EE|nf|fi)\b", line):
-            sections and sections[-1][1].append("")
-        elif not line.startswith((".", "'")) and sections:
-            sections[-1][1].append(line)
-    texts = [(head, "\n".join(body).strip()) for head, body in sections]
-    name = next((" ".join(t.split()) for h, t in texts if h.upper() == "NAME"), "")
-    return name, [(h, t) for h, t in texts if t and h.upper() != "NAME"]
-
-
-def _man_paths() -> list[Path]:
-    paths = []
-    for sec in MAN_SECTIONS:
-        folder = MAN_ROOT / f"man{sec}"
-        if folder.is_dir():
-            # Symlinked aliases (setresgid32.2 -> setresgid.2) would duplicate whole pages.
-            paths += sorted(p for p in folder.iterdir() if not p.is_symlink() and re.fullmatch(rf"[\w.+\-]+\.{sec}\w*\.gz", p.name))
-    return paths
-
-
 def man_chunks() -> list[dict]:
-    """Linux man-pages project pages (``.TH … "Linux man-pages …"``), one chunk run per section."""
+    """Linux man-pages project pages (read by :mod:`agentlab.corpora.manpages`), one chunk run per section."""
     chunks = []
-    for path in _man_paths():
-        try:
-            with gzip.open(path, "rt", errors="replace") as fh:
-                head = fh.read(4096)
-                th = re.search(r"^\.TH .*$", head, re.MULTILINE)
-                if not th or "Linux man-pages" not in th.group() or re.match(r"\.so\s", head.lstrip()):
-                    continue
-                source = head + fh.read()
-        except (OSError, EOFError):
-            continue
-        page = path.name[: -len(".gz")]
-        name, sections = man_page_text(source)
-        stem, _, sec = page.rpartition(".")
-        desc = name.split(" - ", 1)[-1] if " - " in name else name
-        title = f"{stem}({sec}) - {desc}"[:200]
+    for page, title, sections in manpages.linux_man_pages():
         n = 0
         for head, text in sections:
             for piece in split_words(_paragraphs(text)):
@@ -272,8 +212,8 @@ def sources(corpus: str) -> dict[str, tuple]:
     if corpus == "rich":
         if RST_ROOT.is_dir():
             out["rst"] = (rst_chunks, _stat_digest(sorted(RST_ROOT.rglob("*.rst.txt"))))
-        if any((MAN_ROOT / f"man{s}").is_dir() for s in MAN_SECTIONS):
-            out["man"] = (man_chunks, _stat_digest(_man_paths()))
+        if manpages.available():
+            out["man"] = (man_chunks, _stat_digest(manpages.man_paths()))
     return out
 
 

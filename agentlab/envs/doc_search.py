@@ -1,9 +1,9 @@
 """``doc_search``: a retrieval subagent curates the documentation chunks that support a query's facts.
 
-The seed's harness (Harness-1 style) on Python's own documentation (``agentlab.corpora.pydocs``): lexical tools
-only (``bm25_search``, ``grep_corpus``, ``read_document``), a curated set that exists from the first turn
-(``curate``/``drop_curated``, capped at 30) and ``finish``. Reward is F-beta with β = 4 (recall weighs 16× more
-than precision) and -0.2 when nothing was curated.
+The search-agent post's harness (after Jiang et al.'s Harness-1 paper) on Python's own documentation
+(``agentlab.corpora.pydocs``): lexical tools only (``bm25_search``, ``grep_corpus``, ``read_document``), a curated
+set that exists from the first turn (``curate``/``drop_curated``, capped at 30) and ``finish``. Reward is F-beta
+with β = 4 (recall weighs 16× more than precision) and -0.2 when nothing was curated.
 
 A task names one stdlib module (or one language-reference topic) and 1–3 facts, each given as the content words
 of a docstring's first sentence (a keyword paraphrase, never the chunk's text); a fact's support is every chunk

@@ -198,7 +198,8 @@ def hint(kind: str, task: Task, call: ToolCall, result: str) -> str:
 
 # What GRPO trains on unless a config says otherwise. No format bonus: GRPO normalises rewards within each group, so
 # in a group where nothing succeeds a 0.1 bonus for "answered" becomes a full-size advantage (measured after a 4-step
-# SFT: success fell 0.31 -> 0.00 in 6 steps as the policy learned to answer without searching; notebook 05).
+# SFT, in an early run of this project: success fell 0.31 -> 0.00 in 6 steps as the policy learned to answer without
+# searching; notebook 05 counts where such a bonus bites on the quickstart's GRPO rollouts).
 DEFAULT_REWARD = Reward({"success": 1.0})
 
 
