@@ -18,7 +18,8 @@ Why 8 SFT steps and not fewer: the loss types differ in how they weigh tokens an
 when there is a gradient. From a 4-step start (greedy 0.27) a sample at T 1.0 almost never succeeded: 15 of the 16
 groups in 8 steps had equal rewards, only the last step had a gradient, and every loss type ended within 0.04 of
 ``dapo`` — one Adam step, which is nearly blind to the gradient's scale, is not a comparison of losses. Notebook 04
-predicts about half the groups informative at G 4 after 8 steps. Run folders ``runs/loss-types/<type>`` resume after a kill.
+predicts about half the groups informative at G 4 after 8 steps. Run folders ``runs/loss-types-sft<N>/<type>``
+resume after a kill; a start other than 8 steps writes ``loss_types_sft<N>.{json,png}``.
 """
 
 from __future__ import annotations

@@ -13,6 +13,17 @@ def test_a_budget_field_whose_default_is_none_takes_ints():
     assert parse_value("max_turns", "2,3", int, many=True) == (2, 3)
 
 
+def test_the_sweep_command_sweeps_a_budget_field(monkeypatch):
+    from agentlab import cli, sweeps
+
+    seen = {}
+    monkeypatch.setattr(cli, "load_split", lambda *a, **k: [])
+    monkeypatch.setattr(sweeps, "run_sweep", lambda sweep, *a, **k: seen.setdefault("sweep", sweep))
+    args = cli.build_parser().parse_args(["sweep", "--name", "budget-sweep", "--max-turns", "2,3"])
+    assert args.func(args) == 0
+    assert sorted(run.max_turns for run in seen["sweep"].runs.values()) == [2, 3]
+
+
 def test_tuple_fields_are_comma_separated_and_scalars_are_not():
     values = typed_fields(CompareConfig, {"sft_steps": "4, 8,16", "grpo_lr": "1e-4", "seed": None})
     assert values == {"sft_steps": (4, 8, 16), "grpo_lr": 1e-4}
