@@ -122,22 +122,33 @@ def _kernel_idle(driver) -> bool:
     return bool(driver.find_elements(By.CSS_SELECTOR, ".jp-Notebook-ExecutionIndicator[data-status=idle]"))
 
 
+# The pixels of a loaded <img> as a data URL. The widget's image is a blob: URL, new on every update whatever it
+# shows, so the test compares what is drawn, not the address (same origin: the canvas is not tainted).
+_PIXELS = """const img = arguments[0];
+if (!img.complete || !img.naturalWidth) return null;
+const canvas = document.createElement('canvas');
+canvas.width = img.naturalWidth; canvas.height = img.naturalHeight;
+canvas.getContext('2d').drawImage(img, 0, 0);
+return canvas.toDataURL('image/png');"""
+
+
 def _plot_state(driver) -> tuple[str, str] | None:
-    """(img src, printed text) of the widget's output area, or None while it is being re-drawn."""
+    """(the image's pixels as a data URL, the summary text) of the widget's plot area, or None while unset."""
     try:
         area = driver.find_element(By.CSS_SELECTOR, ".agentlab-reward-plot")
         imgs = area.find_elements(By.CSS_SELECTOR, "img")
         text = area.get_attribute("textContent").strip()
-        if imgs and text:
-            return imgs[0].get_attribute("src"), text
-    except WebDriverException:  # stale element: the output area was cleared between two calls
+        pixels = driver.execute_script(_PIXELS, imgs[0]) if imgs else None
+        if pixels and text:
+            return pixels, text
+    except WebDriverException:  # stale element: the plot area was re-built between two calls
         pass
     return None
 
 
 def _settled_plot(driver, unlike=None, quiet_s: float = 2.0, timeout: float = 60) -> tuple[str, str]:
     """The plot area's state once drawing has finished: set, different from `unlike`, unchanged for quiet_s
-    with the kernel idle. (`show` draws, then prints line by line; each slider step re-draws once.)"""
+    with the kernel idle. (Each slider step re-draws once: the image and the text arrive as two updates.)"""
     state, since, deadline = None, time.monotonic(), time.monotonic() + timeout
     while time.monotonic() < deadline:
         now = _plot_state(driver)
