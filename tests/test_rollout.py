@@ -115,21 +115,71 @@ def test_real_tiny_model_runs_batched_and_reproducibly(tiny):
     assert [e.tokens["completion_ids"] for e in a] == [e.tokens["completion_ids"] for e in b]
 
 
-def test_prefix_cached_generation_matches_uncached_token_for_token(tiny):
-    """The shared-prefix cache changes no generated token (fp32, greedy), on a first turn and on a later turn
-    whose rows carry tool results of different lengths."""
+def _contextual(tiny):
+    """A copy of the tiny model with larger random weights: the default init emits one token whatever the context."""
     import copy
 
     import torch
 
-    from agentlab.rollout import hf_generate_fn
-
     model, tok = tiny
     model = copy.deepcopy(model)
     torch.manual_seed(0)
-    with torch.no_grad():  # larger random weights: the default init emits one token whatever the context
+    with torch.no_grad():
         for param in model.parameters():
             param.normal_(0, 0.5)
+    return model, tok
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_preallocated_decode_cache_changes_no_token(tiny, monkeypatch, temperature):
+    """Decoding into buffers written in place (``trl_compat.decode_cache``) gives exactly the tokens of
+    transformers' own growing cache, greedy and sampled from one seed, within its capacity and past it (growth)."""
+    import agentlab.rollout as rollout
+    from agentlab import trl_compat
+
+    model, tok = _contextual(tiny)
+    renderer = Renderer(tok, SPEC.env_class)
+    seqs = [renderer.prompt_ids(t) for t in SPEC.make_tasks("test", 4, seed=5)]
+    seqs[1] = seqs[1] + seqs[1][-7:]  # rows of different lengths: pads between the shared prefix and the rest
+    cfg = LoopConfig(max_new_tokens=8, temperature=temperature, precision="fp32")
+
+    def tokens():
+        return rollout.hf_generate_fn(model, tok, cfg, greedy=temperature == 0, seed=3)(seqs)
+
+    preallocated = tokens()
+    monkeypatch.setattr(rollout, "decode_cache", lambda prefix, rows, capacity: None)  # generate's own cache
+    growing = tokens()
+    monkeypatch.setattr(rollout, "decode_cache",
+                        lambda prefix, rows, capacity: trl_compat.decode_cache(prefix, rows, capacity - 6))
+    outgrown = tokens()
+    assert preallocated == growing == outgrown
+    assert len({tuple(t) for t in growing}) > 1 and all(len(t) > 1 for t in growing)
+
+
+def test_the_lm_head_gets_a_contiguous_input_in_generation(tiny):
+    """generate keeps the last position of the prefill (a strided view); the head must see it contiguous, else
+    torch copies the head's weight once per row (seconds at an eval batch of 48, see ``_fold_lm_head_input``)."""
+    import torch
+
+    from agentlab.rollout import _fold_lm_head_input
+
+    model, tok = _contextual(tiny)
+    seen = []
+    _fold_lm_head_input(model)
+    _fold_lm_head_input(model)  # once per model, however often asked
+    model.get_output_embeddings().register_forward_pre_hook(lambda m, args: seen.append(args[0].is_contiguous()))
+    with torch.no_grad():
+        model(input_ids=torch.tensor([[5, 6, 7, 8]] * 3), logits_to_keep=1)
+    assert seen == [True]
+    assert len(model.get_output_embeddings()._forward_pre_hooks) == 2
+
+
+def test_prefix_cached_generation_matches_uncached_token_for_token(tiny):
+    """The shared-prefix cache changes no generated token (fp32, greedy), on a first turn and on a later turn
+    whose rows carry tool results of different lengths."""
+    from agentlab.rollout import hf_generate_fn
+
+    model, tok = _contextual(tiny)
     renderer = Renderer(tok, SPEC.env_class)
     tasks = SPEC.make_tasks("test", 3, seed=5)
     cfg = LoopConfig(max_new_tokens=6, temperature=0, precision="fp32")
