@@ -22,6 +22,19 @@ def test_earlier_tried_points_and_seeds_survive_unless_rerun_here():
     assert [(s["seed"], s["from"]) for s in seeds] == [(0, "earlier"), (1, "here")]
 
 
+def test_the_script_with_no_flags_is_the_study_in_the_committed_json():
+    """`python benchmarks/rl_vs_sft.py` must re-run the recorded study, not `agentlab compare`'s defaults."""
+    import json
+    from dataclasses import asdict
+
+    from rl_vs_sft import RESULTS, parse
+
+    recorded = json.loads((RESULTS / "rl_vs_sft.json").read_text())["config"]
+    _, config = parse([])
+    assert {k: v for k, v in json.loads(json.dumps(asdict(config))).items() if k not in ("name", "seed")} == recorded
+    assert parse(["--grpo-steps", "30"])[1].grpo_steps == 30  # a flag still overrides
+
+
 def test_seeds_of_another_regime_are_not_mixed_in():
     earlier = {"env": "product_finder", "regime": "expert:32", "tried": [_point("search/x", 4)],
                "seeds": [{"seed": 0, "n": 200}]}
