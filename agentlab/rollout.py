@@ -195,9 +195,8 @@ def _fold_lm_head_input(model) -> None:
     GEMM — at an eval batch of 48 a 2.7 GB copy of the bf16 head, 4.2 s of a 13 s ``generate`` call (profiled),
     against 9 ms for the folded product. Logits may differ in the last bit (another GEMM order)."""
     head = model.get_output_embeddings()
-    if head is not None and not getattr(head, "_agentlab_folds", False):
-        head.register_forward_pre_hook(lambda module, args: (args[0].contiguous(), *args[1:]))
-        head._agentlab_folds = True
+    if head is not None and getattr(head, "_agentlab_folds", None) is None:  # the hook's handle, kept to undo it
+        head._agentlab_folds = head.register_forward_pre_hook(lambda module, args: (args[0].contiguous(), *args[1:]))
 
 
 @dataclass

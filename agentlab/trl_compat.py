@@ -31,6 +31,8 @@ coupling                        internals it relies on                          
 ``trl_reward_func``             ``environments=``/``log_metric=`` keywords of      none: only for TRL's own
                                 ``GRPOTrainer._calculate_rewards``                 ``environment_factory`` loop
 ``cache_of``                    ``out.cache`` or ``out.past_key_values``           none
+``decode_cache``                ``DynamicLayer``'s ``update``/``keys``/``values``   generate's own ``DynamicCache``
+                                and ``Cache.layer_class_to_replicate``             (copies the cache every token)
 ==============================  ===============================================  =================================
 
 Each coupling has a test against the pinned versions (``tests/test_train.py``, ``tests/test_precision.py``,
@@ -235,7 +237,7 @@ def _preallocated_layer_class():
             q = key_states.shape[-2]
             if not self.is_initialized:
                 self.device, self.is_initialized = key_states.device, True
-                b, h, _, d = key_states.shape
+                _, h, _, d = key_states.shape
                 self.k_buf = key_states.new_empty(self.rows, h, max(self.capacity, q), d)
                 self.v_buf = value_states.new_empty(self.rows, h, max(self.capacity, q), value_states.shape[-1])
             elif self.filled + q > self.k_buf.shape[-2]:  # past the capacity asked for: grow (correct, slower)

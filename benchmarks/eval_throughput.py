@@ -1,46 +1,94 @@
-"""Held-out evaluation speed: episodes/min of the shared loop (greedy, batched), as ``agentlab eval`` runs it.
+"""Held-out evaluation speed: 200 greedy episodes of the shared loop, decoding as before round 2 and as now.
 
-    python benchmarks/eval_throughput.py --adapter runs/quickstart/sft/adapter --n 200
+    python benchmarks/eval_throughput.py                  # the quickstart's SFT adapter, lookup, 200 test tasks
+    python benchmarks/eval_throughput.py --env product_finder --adapter runs/.../sft_best/adapter --max-turns 4 \\
+        --max-new-tokens 96
 
-Target: 200 greedy multi-turn episodes of the default environment in <= 3 min. Use an SFT adapter so
-episodes are real multi-turn tool use (the base model never calls a tool and ends after one turn).
-Writes ``benchmarks/results/eval_throughput.json``.
+Use an SFT adapter so episodes are real multi-turn tool use (the base model never calls a tool and ends after one
+turn). The two configurations alternate, round by round, in one process on one model:
+
+- ``reference``: transformers' own decoding path — its growing ``DynamicCache`` and the LM head on the prefill's
+  strided last position (what ``agentlab`` decoded with before round 2);
+- ``agentlab``: the preallocated cache (``trl_compat.decode_cache``) and the folded LM head
+  (``rollout._fold_lm_head_input``).
+
+Both start from the same shared-prefix cache and batch, so the ratio is what the two levers buy. Greedy episodes of
+the two are compared text for text (``identical_episodes``: neither lever should change a float). Targets (issue:
+performance round 2): <= 60 s per 200 episodes on ``lookup``, <= 120 s on the RL-vs-SFT study's environment. Writes
+``benchmarks/results/eval_throughput[_<env>].json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+TARGETS = {"lookup": 60, "product_finder": 120}
 
-def main() -> None:
+
+@contextmanager
+def reference_decoding():
+    """Decode with transformers' own path (see the module docstring) while the block runs."""
+    from agentlab import rollout
+
+    saved = rollout.decode_cache, rollout._fold_lm_head_input
+
+    def unfold(model):
+        head = model.get_output_embeddings()
+        if getattr(head, "_agentlab_folds", None) is not None:
+            head._agentlab_folds.remove()
+            head._agentlab_folds = None
+
+    rollout.decode_cache = lambda prefix, rows, capacity: None
+    rollout._fold_lm_head_input = unfold
+    try:
+        yield
+    finally:
+        rollout.decode_cache, rollout._fold_lm_head_input = saved
+
+
+def main(argv=None) -> dict:
     from common import add_greedy_eval_args, greedy_eval_setup, timed_greedy, write_result
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_greedy_eval_args(p, n=200, max_new_tokens=48)
-    p.add_argument("--batch-sizes", default="16,32")
-    a = p.parse_args()
+    p.add_argument("--batch-size", type=int, default=48)
+    p.add_argument("--rounds", type=int, default=2, help="rounds of (reference, agentlab), order alternating")
+    a = p.parse_args(argv)
 
     from agentlab.evals import summarize
 
     spec, tasks, model, tok = greedy_eval_setup(a, "test")
-    rows = []
-    for batch in [int(b) for b in a.batch_sizes.split(",")]:
-        eps, dt = timed_greedy(model, tok, spec, tasks, a, batch)
-        s = summarize(eps)
-        rows.append({"batch_size": batch, "episodes": len(eps), "seconds": dt, "episodes_per_min": 60 * len(eps) / dt,
-                     "mean_turns": s["turns"]["mean"], "success": s["success"]["mean"],
-                     "generated_tokens": sum(t.n_generated for e in eps for t in e.turns)})
-        print(f"batch {batch:3d}: {len(eps)} episodes in {dt:6.1f} s = {rows[-1]['episodes_per_min']:6.1f} "
-              f"episodes/min (mean turns {rows[-1]['mean_turns']:.2f}, success {rows[-1]['success']:.2f})")
-    best = min(rows, key=lambda r: r["seconds"])
-    out = {"env": a.env, "adapter": a.adapter, "n": a.n, "runs": rows,
-           "target_seconds_for_200": 180, "best_seconds_per_200": best["seconds"] * 200 / a.n}
-    write_result("eval_throughput.json", out)
-    print(f"best: {out['best_seconds_per_200']:.0f} s per 200 episodes (target <= 180 s)")
+    rows, texts = [], {}
+    for r in range(a.rounds):
+        for name in ("reference", "agentlab") if r % 2 == 0 else ("agentlab", "reference"):
+            with reference_decoding() if name == "reference" else nullcontext():
+                eps, dt = timed_greedy(model, tok, spec, tasks, a, a.batch_size)
+            s = summarize(eps)
+            rows.append({"config": name, "round": r, "episodes": len(eps), "seconds": dt,
+                         "episodes_per_min": 60 * len(eps) / dt, "mean_turns": s["turns"]["mean"],
+                         "success": s["success"]["mean"],
+                         "generated_tokens": sum(t.n_generated for e in eps for t in e.turns)})
+            texts.setdefault(name, [[t.text for t in e.turns] for e in eps])
+            print(f"round {r} {name:9s}: {len(eps)} episodes in {dt:6.1f} s (success {s['success']['mean']:.3f}, "
+                  f"{rows[-1]['generated_tokens']} tokens)", flush=True)
+    median = {name: statistics.median(x["seconds"] for x in rows if x["config"] == name) for name in texts}
+    same = sum(x == y for x, y in zip(texts["reference"], texts["agentlab"], strict=True))
+    out = {"env": a.env, "adapter": a.adapter, "n": a.n, "batch_size": a.batch_size, "max_turns": a.max_turns,
+           "max_new_tokens": a.max_new_tokens, "runs": rows, "median_seconds": median,
+           "speedup_over_reference": median["reference"] / median["agentlab"],
+           "identical_episodes": same, "target_seconds_for_200": TARGETS.get(a.env),
+           "best_seconds_per_200": min(x["seconds"] for x in rows if x["config"] == "agentlab") * 200 / a.n}
+    write_result("eval_throughput.json" if a.env == "lookup" else f"eval_throughput_{a.env}.json", out)
+    print(f"agentlab {median['agentlab']:.1f} s vs reference {median['reference']:.1f} s "
+          f"({out['speedup_over_reference']:.2f}x); {same}/{len(texts['agentlab'])} episodes identical; "
+          f"best {out['best_seconds_per_200']:.0f} s per 200 (target <= {out['target_seconds_for_200']} s)")
+    return out
 
 
 if __name__ == "__main__":

@@ -85,3 +85,30 @@ def test_the_readme_table_bolds_only_differences_whose_interval_is_above_zero():
     assert lines[0] == "| seed | `sft_best` | `grpo` | GRPO − `sft_best` |" and len(lines) == 4
     assert lines[2].endswith("| **+0.200 [+0.100, +0.300]** |") and "0.700 [0.400, 0.600]" in lines[2]
     assert lines[3].endswith("| +0.000 [-0.100, +0.100] |")
+
+
+def test_the_eval_benchmark_reference_turns_the_decoding_levers_off_for_its_block_only(tiny):
+    """eval_throughput's `reference` must decode on transformers' own path (generate's own cache, no folded head)
+    with the same tokens, and leave agentlab's path in place afterwards."""
+    import copy
+
+    from eval_throughput import reference_decoding
+
+    from agentlab import rollout
+    from agentlab.envs import load
+    from agentlab.rollout import LoopConfig, Renderer
+
+    model, tok = copy.deepcopy(tiny[0]), tiny[1]
+    model.config._attn_implementation = "sdpa"
+    spec = load("lookup")
+    seqs = [Renderer(tok, spec.env_class).prompt_ids(t) for t in spec.make_tasks("test", 3, seed=1)]
+    seqs[0] = seqs[0] + seqs[0][-3:]
+    cfg = LoopConfig(max_new_tokens=3, temperature=0, precision="fp32")
+    before = rollout.decode_cache, rollout._fold_lm_head_input
+    with reference_decoding():
+        reference = rollout.hf_generate_fn(model, tok, cfg, greedy=True, seed=0)(seqs)
+        assert rollout.decode_cache(None, 2, 8) is None
+        assert getattr(model.get_output_embeddings(), "_agentlab_folds", None) is None
+    assert (rollout.decode_cache, rollout._fold_lm_head_input) == before
+    assert rollout.hf_generate_fn(model, tok, cfg, greedy=True, seed=0)(seqs) == reference
+    assert model.get_output_embeddings()._agentlab_folds is not None

@@ -134,8 +134,7 @@ def _contextual(tiny):
 def test_preallocated_decode_cache_changes_no_token(tiny, monkeypatch, temperature):
     """Decoding into buffers written in place (``trl_compat.decode_cache``) gives exactly the tokens of
     transformers' own growing cache, greedy and sampled from one seed, within its capacity and past it (growth)."""
-    import agentlab.rollout as rollout
-    from agentlab import trl_compat
+    from agentlab import rollout, trl_compat
 
     model, tok = _contextual(tiny)
     renderer = Renderer(tok, SPEC.env_class)
@@ -163,7 +162,7 @@ def test_the_lm_head_gets_a_contiguous_input_in_generation(tiny):
 
     from agentlab.rollout import _fold_lm_head_input
 
-    model, tok = _contextual(tiny)
+    model, _ = _contextual(tiny)
     seen = []
     _fold_lm_head_input(model)
     _fold_lm_head_input(model)  # once per model, however often asked
