@@ -193,7 +193,8 @@ def _fold_lm_head_input(model) -> None:
     Why: ``generate``'s prefill keeps the last position only (``hidden[:, -1:, :]``, a strided view), and torch's
     matmul does not fold a strided 3-D input into one GEMM: it expands the head's weight per row and runs a batched
     GEMM — at an eval batch of 48 a 2.7 GB copy of the bf16 head, 4.2 s of a 13 s ``generate`` call (profiled),
-    against 9 ms for the folded product. Logits may differ in the last bit (another GEMM order)."""
+    against 9 ms for the folded product. Logits may differ in the last bit (another GEMM order); on 200 greedy
+    ``lookup`` episodes none changed (``benchmarks/eval_throughput.py``)."""
     head = model.get_output_embeddings()
     if head is not None and getattr(head, "_agentlab_folds", None) is None:  # the hook's handle, kept to undo it
         head._agentlab_folds = head.register_forward_pre_hook(lambda module, args: (args[0].contiguous(), *args[1:]))

@@ -207,11 +207,9 @@ def decode_cache(prefix_cache, rows: int, capacity: int):
     """
     if not COMPATIBLE:
         return None
-    from functools import partial
-
     from transformers.cache_utils import DynamicCache
 
-    layer = partial(_preallocated_layer_class(), rows, capacity)
+    layer = functools.partial(_preallocated_layer_class(), rows, capacity)
     cache = DynamicCache()
     if prefix_cache is not None:
         for cached in prefix_cache.layers:
@@ -241,8 +239,9 @@ def _preallocated_layer_class():
                 self.k_buf = key_states.new_empty(self.rows, h, max(self.capacity, q), d)
                 self.v_buf = value_states.new_empty(self.rows, h, max(self.capacity, q), value_states.shape[-1])
             elif self.filled + q > self.k_buf.shape[-2]:  # past the capacity asked for: grow (correct, slower)
-                self.k_buf = torch.cat([self.k_buf, torch.empty_like(self.k_buf)], dim=-2)
-                self.v_buf = torch.cat([self.v_buf, torch.empty_like(self.v_buf)], dim=-2)
+                more = max(self.k_buf.shape[-2], q)  # at least double, and room for this update
+                self.k_buf, self.v_buf = (torch.cat([buf, buf.new_empty(*buf.shape[:2], more, buf.shape[-1])], -2)
+                                          for buf in (self.k_buf, self.v_buf))
             self.k_buf[:, :, self.filled:self.filled + q] = key_states
             self.v_buf[:, :, self.filled:self.filled + q] = value_states
             self.filled += q

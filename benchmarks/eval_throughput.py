@@ -13,7 +13,8 @@ turn). The two configurations alternate, round by round, in one process on one m
   (``rollout._fold_lm_head_input``).
 
 Both start from the same shared-prefix cache and batch, so the ratio is what the two levers buy. Greedy episodes of
-the two are compared text for text (``identical_episodes``: neither lever should change a float). Targets (issue:
+the two are compared text for text (``identical_episodes``: the cache changes no float, the folded head may
+change a logit's last bit). Targets (issue:
 performance round 2): <= 60 s per 200 episodes on ``lookup``, <= 120 s on the RL-vs-SFT study's environment. Writes
 ``benchmarks/results/eval_throughput[_<env>].json``.
 """
