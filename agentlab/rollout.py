@@ -28,7 +28,7 @@ from agentlab.retries import (
     reset_with_retries,
     score_with_retries,
 )
-from agentlab.trl_compat import cache_of, decode_cache, parse_response, tool_suffix_ids
+from agentlab.trl_compat import cache_of, decode_cache, gqa_prefill, parse_response, tool_suffix_ids
 from agentlab.types import (
     BUDGET_FIELDS,
     Budget,
@@ -141,6 +141,7 @@ def hf_generate_fn(model, tokenizer, config: LoopConfig, greedy: bool, seed: int
 
     model = for_generation(model, config.precision)
     _fold_lm_head_input(model)
+    gqa_prefill(model)
     calls = [0]
     cached: dict = {}
 

@@ -7,14 +7,15 @@
 Use an SFT adapter so episodes are real multi-turn tool use (the base model never calls a tool and ends after one
 turn). The two configurations alternate, round by round, in one process on one model:
 
-- ``reference``: transformers' own decoding path — its growing ``DynamicCache`` and the LM head on the prefill's
-  strided last position (what ``agentlab`` decoded with before round 2);
-- ``agentlab``: the preallocated cache (``trl_compat.decode_cache``) and the folded LM head
-  (``rollout._fold_lm_head_input``).
+- ``reference``: transformers' own decoding path — its growing ``DynamicCache``, the LM head on the prefill's
+  strided last position and its SDPA attention, which copies the key/value heads per query head in a padded prefill
+  (what ``agentlab`` decoded with before round 2);
+- ``agentlab``: the preallocated cache (``trl_compat.decode_cache``), the folded LM head
+  (``rollout._fold_lm_head_input``) and the padded prefill on the key/value heads (``trl_compat.gqa_prefill``).
 
-Both start from the same shared-prefix cache and batch, so the ratio is what the two levers buy. Greedy episodes of
-the two are compared text for text (``identical_episodes``: the cache changes no float, the folded head may
-change a logit's last bit). Targets (issue:
+Both start from the same shared-prefix cache and batch, so the ratio is what the three levers buy. Greedy episodes of
+the two are compared text for text (``identical_episodes``: the cache and the prefill change no float, the
+folded head may change a logit's last bit). Targets (issue:
 performance round 2): <= 60 s per 200 episodes on ``lookup``, <= 120 s on the RL-vs-SFT study's environment. Writes
 ``benchmarks/results/eval_throughput[_<env>].json``.
 """
@@ -35,9 +36,9 @@ TARGETS = {"lookup": 60, "product_finder": 120}
 @contextmanager
 def reference_decoding():
     """Decode with transformers' own path (see the module docstring) while the block runs."""
-    from agentlab import rollout
+    from agentlab import rollout, trl_compat
 
-    saved = rollout.decode_cache, rollout._fold_lm_head_input
+    saved = rollout.decode_cache, rollout._fold_lm_head_input, rollout.gqa_prefill
 
     def unfold(model):
         head = model.get_output_embeddings()
@@ -45,12 +46,18 @@ def reference_decoding():
             head._agentlab_folds.remove()
             head._agentlab_folds = None
 
+    def stock_attention(model):
+        if model.config._attn_implementation == trl_compat.GQA_PREFILL:
+            model.set_attn_implementation("sdpa")
+        return False
+
     rollout.decode_cache = lambda prefix, rows, capacity: None
     rollout._fold_lm_head_input = unfold
+    rollout.gqa_prefill = stock_attention
     try:
         yield
     finally:
-        rollout.decode_cache, rollout._fold_lm_head_input = saved
+        rollout.decode_cache, rollout._fold_lm_head_input, rollout.gqa_prefill = saved
 
 
 def main(argv=None) -> dict:

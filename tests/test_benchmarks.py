@@ -88,13 +88,13 @@ def test_the_readme_table_bolds_only_differences_whose_interval_is_above_zero():
 
 
 def test_the_eval_benchmark_reference_turns_the_decoding_levers_off_for_its_block_only(tiny):
-    """eval_throughput's `reference` must decode on transformers' own path (generate's own cache, no folded head)
-    with the same tokens, and leave agentlab's path in place afterwards."""
+    """eval_throughput's `reference` must decode on transformers' own path (generate's own cache, no folded head,
+    its SDPA attention) with the same tokens, and leave agentlab's path in place afterwards."""
     import copy
 
     from eval_throughput import reference_decoding
 
-    from agentlab import rollout
+    from agentlab import rollout, trl_compat
     from agentlab.envs import load
     from agentlab.rollout import LoopConfig, Renderer
 
@@ -104,11 +104,13 @@ def test_the_eval_benchmark_reference_turns_the_decoding_levers_off_for_its_bloc
     seqs = [Renderer(tok, spec.env_class).prompt_ids(t) for t in spec.make_tasks("test", 3, seed=1)]
     seqs[0] = seqs[0] + seqs[0][-3:]
     cfg = LoopConfig(max_new_tokens=3, temperature=0, precision="fp32")
-    before = rollout.decode_cache, rollout._fold_lm_head_input
+    before = rollout.decode_cache, rollout._fold_lm_head_input, rollout.gqa_prefill
     with reference_decoding():
         reference = rollout.hf_generate_fn(model, tok, cfg, greedy=True, seed=0)(seqs)
         assert rollout.decode_cache(None, 2, 8) is None
         assert getattr(model.get_output_embeddings(), "_agentlab_folds", None) is None
-    assert (rollout.decode_cache, rollout._fold_lm_head_input) == before
+        assert model.config._attn_implementation == "sdpa"
+    assert (rollout.decode_cache, rollout._fold_lm_head_input, rollout.gqa_prefill) == before
     assert rollout.hf_generate_fn(model, tok, cfg, greedy=True, seed=0)(seqs) == reference
     assert model.get_output_embeddings()._agentlab_folds is not None
+    assert model.config._attn_implementation == trl_compat.GQA_PREFILL

@@ -155,6 +155,52 @@ def test_preallocated_decode_cache_changes_no_token(tiny, monkeypatch, temperatu
     assert len({tuple(t) for t in growing}) > 1 and all(len(t) > 1 for t in growing)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_padded_prefill_on_the_key_value_heads_changes_no_bit(tiny, monkeypatch, dtype):
+    """``trl_compat.gqa_prefill`` (the padded prefill attends on the key/value heads in place) gives the same logits
+    bit for bit as transformers' SDPA path, and the same generated tokens; it is taken, and only without grad."""
+    import copy
+
+    import torch
+
+    from agentlab import rollout, trl_compat
+
+    model, tok = _contextual(tiny)
+    model = copy.deepcopy(model).to(getattr(torch, dtype))
+    assert model.config.num_key_value_heads < model.config.num_attention_heads
+    renderer = Renderer(tok, SPEC.env_class)
+    seqs = [renderer.prompt_ids(t) for t in SPEC.make_tasks("test", 3, seed=2)]
+    seqs[0] = seqs[0][:-9]  # rows of different lengths: a padded prefill
+    width = max(map(len, seqs))
+    ids = torch.tensor([[tok.pad_token_id] * (width - len(s)) + s for s in seqs])
+    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs])
+    cfg = LoopConfig(max_new_tokens=8, precision="fp32")
+
+    def run():
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=mask).logits
+        return logits, rollout.hf_generate_fn(model, tok, cfg, greedy=True, seed=0)(seqs)
+
+    calls = []  # (a padded prefill?, enable_gqa?) per attention call; decode steps pack query heads per key/value head
+    original, heads = torch.nn.functional.scaled_dot_product_attention, model.config.num_attention_heads
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", lambda q, *a, **kw: calls.append(
+        (kw.get("attn_mask") is not None and q.shape[1] == heads and q.shape[2] > 1, kw.get("enable_gqa", False)))
+        or original(q, *a, **kw))
+    monkeypatch.setattr(rollout, "gqa_prefill", lambda m: False)
+    stock_logits, stock_tokens = run()
+    assert model.config._attn_implementation == "sdpa" and (True, False) in calls and (True, True) not in calls
+    monkeypatch.setattr(rollout, "gqa_prefill", trl_compat.gqa_prefill)
+    calls.clear()
+    assert trl_compat.gqa_prefill(model) and trl_compat.gqa_prefill(model)  # applied once, idempotent
+    ours_logits, ours_tokens = run()
+    assert model.config._attn_implementation == trl_compat.GQA_PREFILL
+    assert (True, True) in calls and (True, False) not in calls  # every padded prefill on the key/value heads
+    assert torch.equal(stock_logits, ours_logits) and stock_tokens == ours_tokens
+    calls.clear()
+    model(input_ids=ids, attention_mask=mask).logits.sum().backward()  # with grad: transformers' path
+    assert (True, False) in calls and (True, True) not in calls
+
+
 def test_the_lm_head_gets_a_contiguous_input_in_generation(tiny):
     """generate keeps the last position of the prefill (a strided view); the head must see it contiguous, else
     torch copies the head's weight once per row (seconds at an eval batch of 48, see ``_fold_lm_head_input``)."""
