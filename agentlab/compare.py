@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from agentlab.evals import success_entry
-from agentlab.rollout import LoopConfig
+from agentlab.rollout import EVAL_BATCH, LoopConfig
 from agentlab.runs import RunDir, write_jsonl
 from agentlab.synth import episode_sft_row, parse_regime, regime_demos
 from agentlab.types import Episode, Task
@@ -118,7 +118,7 @@ class CompareConfig:
 
     def eval_loop(self) -> LoopConfig:
         return LoopConfig(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
-                          max_context=self.max_context, temperature=0.0, batch_size=32)  # budgets resolved above
+                          max_context=self.max_context, temperature=0.0, batch_size=EVAL_BATCH)  # budgets resolved above
 
 
 class Comparison:

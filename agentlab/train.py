@@ -30,7 +30,7 @@ from agentlab.experiment import (
     lora_config,
     micro_batch_size,
 )
-from agentlab.rollout import Renderer, run_episodes
+from agentlab.rollout import EVAL_BATCH, Renderer, run_episodes
 from agentlab.runs import RunDir
 from agentlab.sft import SFTSettings, run_sft
 from agentlab.trl_compat import agent_trainer_class
@@ -306,7 +306,7 @@ def evaluate_policy(model, tok, spec, tasks: list[Task], exp: Experiment, run: R
     if (existing := run.read_json(name)) is not None:
         return existing
     episodes = evaluate_model(model, tok, spec, tasks[: exp.eval_tasks], run.path / f"evals/step-{step:04d}.rollouts.jsonl",
-                              replace(exp.loop(), temperature=0), greedy=True, step=step, model_id=exp.model,
+                              replace(exp.loop(), temperature=0, batch_size=EVAL_BATCH), greedy=True, step=step, model_id=exp.model,
                               config_id=exp.name, reward_fn=exp.reward_fn())
     summary = {"step": step, **summarize(episodes)}
     run.write_json(name, summary)
