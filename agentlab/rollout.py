@@ -42,13 +42,13 @@ from agentlab.types import (
     tool_names,
 )
 
-# The declared format of a turn that calls tools: one or more blocks, nothing around them (qwen2.5's template).
 # Episodes decoded together in a greedy evaluation (checkpoint evals, the test split). On a 2-core CPU the cost
 # per episode falls until ~48 rows and is flat after (200 lookup episodes: batch 8 133.1 s, 32 80.7 s,
 # 48 73.4 and 77.2 s, 100 75.7 s, 200 77.2 s); one size everywhere also makes a checkpoint's validation figure the same
 # whichever stage evaluates it (batch composition can move a last bit, so a greedy choice).
 EVAL_BATCH = 48
 
+# The declared format of a turn that calls tools: one or more blocks, nothing around them (qwen2.5's template).
 _STRICT_CALLS = re.compile(r"(?:<tool_call>\n\{.*?\}\n</tool_call>\n?)+", re.DOTALL)
 
 # A generate function maps token sequences (one per live episode) to the new tokens of each.

@@ -159,14 +159,12 @@ def test_preallocated_decode_cache_changes_no_token(tiny, monkeypatch, temperatu
 def test_padded_prefill_on_the_key_value_heads_changes_no_bit(tiny, monkeypatch, dtype):
     """``trl_compat.gqa_prefill`` (the padded prefill attends on the key/value heads in place) gives the same logits
     bit for bit as transformers' SDPA path, and the same generated tokens; it is taken, and only without grad."""
-    import copy
-
     import torch
 
     from agentlab import rollout, trl_compat
 
-    model, tok = _contextual(tiny)
-    model = copy.deepcopy(model).to(getattr(torch, dtype))
+    model, tok = _contextual(tiny)  # a copy of its own
+    model = model.to(getattr(torch, dtype))
     assert model.config.num_key_value_heads < model.config.num_attention_heads
     renderer = Renderer(tok, SPEC.env_class)
     seqs = [renderer.prompt_ids(t) for t in SPEC.make_tasks("test", 3, seed=2)]
