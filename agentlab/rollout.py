@@ -51,6 +51,8 @@ EVAL_BATCH = 48
 # The declared format of a turn that calls tools: one or more blocks, nothing around them (qwen2.5's template).
 _STRICT_CALLS = re.compile(r"(?:<tool_call>\n\{.*?\}\n</tool_call>\n?)+", re.DOTALL)
 
+BACKENDS = ("torch", "llama_cpp")
+
 # A generate function maps token sequences (one per live episode) to the new tokens of each.
 GenerateFn = Callable[[list[list[int]]], list[list[int]]]
 
@@ -69,6 +71,7 @@ class LoopConfig:
     retries: int = 2              # extra attempts for a tool call that raised (environment fault)
     backoff_s: float = 0.05       # first retry delay; doubles each attempt
     precision: str = "auto"       # decoding: "auto" (bf16 where the CPU has it, agentlab.precision), "fp32", "bf16"
+    backend: str = "torch"        # decoding engine: "torch" (transformers) or "llama_cpp" (agentlab.llamacpp)
 
     @classmethod
     def of(cls, spec: EnvSpec, **overrides) -> LoopConfig:
@@ -86,6 +89,8 @@ class LoopConfig:
 
         if self.precision not in PRECISIONS:
             raise ValueError(f"LoopConfig.precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"LoopConfig.backend must be one of {BACKENDS}, got {self.backend!r}")
 
 
 class Renderer:
@@ -305,7 +310,14 @@ def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples:
 
     reward_fn = reward_fn or spec.default_reward
     renderer = Renderer(tokenizer, spec.env_class)
-    generate = generate_fn or hf_generate_fn(model, tokenizer, config, greedy, seed)
+    if generate_fn is not None:
+        generate = generate_fn
+    elif config.backend == "llama_cpp":
+        from agentlab import llamacpp
+
+        generate = llamacpp.generate_fn(model, tokenizer, config, greedy, seed)
+    else:
+        generate = hf_generate_fn(model, tokenizer, config, greedy, seed)
     make_env = env_factory or spec.make_env
     todo = [(g, s, task) for g, task in enumerate(tasks) for s in range(samples)]
     done: dict[tuple[int, int], Episode] = {}

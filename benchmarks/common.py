@@ -46,12 +46,12 @@ def greedy_eval_setup(args, split: str):
     return spec, spec.make_tasks(split, args.n, seed=0), model, tok
 
 
-def timed_greedy(model, tok, spec, tasks, args, batch_size: int, precision: str = "auto"):
+def timed_greedy(model, tok, spec, tasks, args, batch_size: int, precision: str = "auto", backend: str = "torch"):
     """Greedy episodes of ``tasks`` with ``args``' budgets, as ``agentlab eval`` runs them: ``(episodes, seconds)``."""
     from agentlab.rollout import LoopConfig, run_episodes
 
     cfg = LoopConfig(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, temperature=0,
-                     batch_size=batch_size, precision=precision)
+                     batch_size=batch_size, precision=precision, backend=backend)
     t0 = time.perf_counter()
     episodes = run_episodes(model, tok, spec, tasks, config=cfg, greedy=True, progress=False)
     return episodes, time.perf_counter() - t0

@@ -13,7 +13,11 @@ turn). The two configurations alternate, round by round, in one process on one m
 - ``agentlab``: the preallocated cache (``trl_compat.decode_cache``), the folded LM head
   (``rollout._fold_lm_head_input``) and the padded prefill on the key/value heads (``trl_compat.gqa_prefill``).
 
-Both start from the same shared-prefix cache and batch, so the ratio is what the three levers buy. Greedy episodes of
+- ``llama_cpp``: the same weights (the policy ``for_generation`` decodes with) exported to GGUF and decoded by
+  llama.cpp (``agentlab.llamacpp``; when llama-cpp-python is installed): another engine, so its episodes are
+  compared with ``agentlab``'s (``identical_episodes_llama_cpp``) and its success is reported beside them.
+
+The first two start from the same shared-prefix cache and batch, so the ratio is what the three levers buy. Greedy episodes of
 the two are compared text for text (``identical_episodes``: the cache and the prefill change no float, the
 folded head may change a logit's last bit). Targets (issue:
 performance round 2): <= 60 s per 200 episodes on ``lookup``, <= 120 s on the RL-vs-SFT study's environment. Writes
@@ -23,6 +27,7 @@ performance round 2): <= 60 s per 200 episodes on ``lookup``, <= 120 s on the RL
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from contextlib import contextmanager, nullcontext
@@ -66,17 +71,24 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_greedy_eval_args(p, n=200, max_new_tokens=48)
     p.add_argument("--batch-size", type=int, default=48)
-    p.add_argument("--rounds", type=int, default=2, help="rounds of (reference, agentlab), order alternating")
+    p.add_argument("--rounds", type=int, default=2, help="rounds of every config, order alternating")
+    p.add_argument("--configs", default=None, help="comma-separated, of reference, agentlab, llama_cpp "
+                   "(default: all three when llama-cpp-python is installed)")
     a = p.parse_args(argv)
 
+    from agentlab import llamacpp
     from agentlab.evals import summarize
+
+    configs = a.configs.split(",") if a.configs else (["reference", "agentlab"] +
+                                                      (["llama_cpp"] if llamacpp.available() else []))
 
     spec, tasks, model, tok = greedy_eval_setup(a, "test")
     rows, texts = [], {}
     for r in range(a.rounds):
-        for name in ("reference", "agentlab") if r % 2 == 0 else ("agentlab", "reference"):
+        for name in configs if r % 2 == 0 else configs[::-1]:
             with reference_decoding() if name == "reference" else nullcontext():
-                eps, dt = timed_greedy(model, tok, spec, tasks, a, a.batch_size)
+                eps, dt = timed_greedy(model, tok, spec, tasks, a, a.batch_size,
+                                       backend="llama_cpp" if name == "llama_cpp" else "torch")
             s = summarize(eps)
             rows.append({"config": name, "round": r, "episodes": len(eps), "seconds": dt,
                          "episodes_per_min": 60 * len(eps) / dt, "mean_turns": s["turns"]["mean"],
@@ -85,17 +97,28 @@ def main(argv=None) -> dict:
             texts.setdefault(name, [[t.text for t in e.turns] for e in eps])
             print(f"round {r} {name:9s}: {len(eps)} episodes in {dt:6.1f} s (success {s['success']['mean']:.3f}, "
                   f"{rows[-1]['generated_tokens']} tokens)", flush=True)
+    from agentlab.machine import describe
+
     median = {name: statistics.median(x["seconds"] for x in rows if x["config"] == name) for name in texts}
-    same = sum(x == y for x, y in zip(texts["reference"], texts["agentlab"], strict=True))
+
+    def same(x, y):
+        return sum(u == v for u, v in zip(texts[x], texts[y], strict=True)) if x in texts and y in texts else None
+
+    def best(name):
+        return min(x["seconds"] for x in rows if x["config"] == name) * 200 / a.n if name in texts else None
+
     out = {"env": a.env, "adapter": a.adapter, "n": a.n, "batch_size": a.batch_size, "max_turns": a.max_turns,
-           "max_new_tokens": a.max_new_tokens, "runs": rows, "median_seconds": median,
-           "speedup_over_reference": median["reference"] / median["agentlab"],
-           "identical_episodes": same, "target_seconds_for_200": TARGETS.get(a.env),
-           "best_seconds_per_200": min(x["seconds"] for x in rows if x["config"] == "agentlab") * 200 / a.n}
+           "max_new_tokens": a.max_new_tokens, "machine": describe(), "runs": rows, "median_seconds": median,
+           "identical_episodes": same("reference", "agentlab"),
+           "identical_episodes_llama_cpp": same("agentlab", "llama_cpp"),
+           "target_seconds_for_200": TARGETS.get(a.env),
+           "best_seconds_per_200": best("agentlab"), "best_seconds_per_200_llama_cpp": best("llama_cpp")}
+    for name in ("agentlab", "llama_cpp"):
+        if "reference" in median and name in median:
+            key = "speedup_over_reference" + ("" if name == "agentlab" else "_llama_cpp")
+            out[key] = median["reference"] / median[name]
     write_result("eval_throughput.json" if a.env == "lookup" else f"eval_throughput_{a.env}.json", out)
-    print(f"agentlab {median['agentlab']:.1f} s vs reference {median['reference']:.1f} s "
-          f"({out['speedup_over_reference']:.2f}x); {same}/{len(texts['agentlab'])} episodes identical; "
-          f"best {out['best_seconds_per_200']:.0f} s per 200 (target <= {out['target_seconds_for_200']} s)")
+    print(json.dumps({k: v for k, v in out.items() if k != "runs"}, indent=1, default=str))
     return out
 
 

@@ -1,0 +1,370 @@
+"""llama.cpp as the CPU rollout engine: the policy's weights exported to GGUF, episodes decoded as one batch.
+
+    config = LoopConfig(backend="llama_cpp")        # run_episodes decodes through llama.cpp
+    run_episodes(model, tok, spec, tasks, config=config)
+
+The CPU counterpart of the GPU path's vLLM engine: training stays in torch, sampling moves to an inference engine,
+and the weights are synced into it whenever they changed (here: written to a GGUF file and loaded, ``export_gguf``).
+Why by hand: llama-cpp-python's ``Llama`` class decodes one sequence at a time; batching many sequences, sharing
+their system prompt and syncing weights per update need its low-level API (``llama_batch``, per-sequence KV
+streams), which nothing in TRL or llama-cpp-python wraps. Needs ``pip install llama-cpp-python``
+(``make setup-llamacpp`` builds it for this CPU).
+
+Same weights, other arithmetic. The export is the policy ``for_generation`` decodes with (bf16 with the LoRA merged
+in on a CPU with bf16 hardware, fp32 elsewhere), bit for bit; llama.cpp then multiplies in its own order, keeps
+its KV cache in f16 and computes attention in fp32, so logits differ from torch's in low bits and a near-tie can
+go the other way. ``benchmarks/eval_throughput.py`` counts the greedy episodes that come out identical to torch's;
+``benchmarks/rollout_throughput.py`` measures the gap between the log-probs the sampler drew from and the ones the
+trainer computes for the same tokens.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import tempfile
+import weakref
+from pathlib import Path
+
+import numpy as np
+
+# llama.cpp's LLaMA layout rotates q/k heads in interleaved pairs where transformers rotates halves; transformers'
+# GGUF loader undoes this on load (``reverse_permute``), the export redoes it (as llama.cpp's convert_hf_to_gguf does).
+
+
+def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def available() -> bool:
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _require():
+    try:
+        import llama_cpp
+    except ImportError as e:
+        raise ImportError("LoopConfig(backend='llama_cpp') needs llama-cpp-python: run `make setup-llamacpp` "
+                          "(or `pip install llama-cpp-python`)") from e
+    return llama_cpp
+
+
+def export_gguf(model, source_gguf: str | Path, path: str | Path) -> Path:
+    """Write ``model``'s weights (a plain LLaMA-architecture transformers model, fp32 or bf16) as a GGUF file with
+    ``source_gguf``'s metadata (tokenizer, chat template, hyperparameters). bf16 weights are stored as BF16 and
+    fp32 as F32, so llama.cpp reads exactly the numbers torch decodes with; 1-D weights (norms) as F32 as
+    llama.cpp expects (exact for bf16 values)."""
+    import gguf
+    import torch
+
+    arch, fields = _source_metadata(str(source_gguf))
+    if arch != "llama":
+        raise ValueError(f"export_gguf writes LLaMA-architecture models; {source_gguf} is {arch!r}")
+    cfg = model.config
+    n_head, n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, cfg.num_hidden_layers)
+    state = model.state_dict()
+    dtypes = {t.dtype for t in state.values() if t.is_floating_point()}
+    if not dtypes <= {torch.float32, torch.bfloat16} or len(dtypes) != 1:
+        raise ValueError(f"export_gguf takes an all-fp32 or all-bf16 model, got {sorted(map(str, dtypes))}")
+    bf16 = dtypes == {torch.bfloat16}
+    path = Path(path)
+    writer = gguf.GGUFWriter(str(path), arch)
+    for key, value, vtype, sub in fields:
+        writer.add_key_value(key, value, vtype, sub_type=sub)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if bf16 else gguf.LlamaFileType.ALL_F32)
+    tied = getattr(cfg, "tie_word_embeddings", False)
+    for hf_name, tensor in state.items():
+        if tied and hf_name == "lm_head.weight":
+            continue
+        name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if name is None:
+            raise ValueError(f"export_gguf: no GGUF name for {hf_name!r}")
+        t = tensor.detach()
+        if hf_name.endswith("q_proj.weight"):
+            t = torch.from_numpy(_permute(t.view(torch.int16).numpy() if bf16 else t.numpy(), n_head)).view(t.dtype)
+        elif hf_name.endswith("k_proj.weight"):
+            t = torch.from_numpy(_permute(t.view(torch.int16).numpy() if bf16 else t.numpy(), n_kv)).view(t.dtype)
+        if t.dim() == 1 or not bf16:
+            writer.add_tensor(name, t.float().contiguous().numpy())
+        else:
+            writer.add_tensor(name, t.contiguous().view(torch.int16).numpy().view(np.uint16),
+                              raw_dtype=gguf.GGMLQuantizationType.BF16)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@functools.lru_cache(maxsize=4)
+def _source_metadata(source_gguf: str) -> tuple[str, list]:
+    """The source GGUF's architecture and key/values (its 49k-token vocabulary takes ~2 s to parse: once)."""
+    import gguf
+
+    reader = gguf.GGUFReader(source_gguf)
+    fields = []
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key in ("general.architecture", "general.file_type"):
+            continue
+        vtype = field.types[0]
+        fields.append((key, field.contents(), vtype, field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None))
+    return reader.fields["general.architecture"].contents(), fields
+
+
+class Engine:
+    """One loaded GGUF and a context holding ``n_seq`` sequences of up to ``n_ctx_seq`` tokens each, every sequence
+    in its own KV stream (``kv_unified=False``: a row attends over its own cells, not the whole cache)."""
+
+    def __init__(self, gguf_path: str | Path, n_seq: int, n_ctx_seq: int, n_threads: int | None = None):
+        L = _require()
+        _quiet(L)
+        self.L = L
+        self.n_seq, self.n_ctx_seq = n_seq, n_ctx_seq
+        mparams = L.llama_model_default_params()
+        self.model = L.llama_model_load_from_file(str(gguf_path).encode(), mparams)
+        if not self.model:
+            raise RuntimeError(f"llama.cpp could not load {gguf_path}")
+        cparams = L.llama_context_default_params()
+        cparams.n_ctx = n_seq * n_ctx_seq
+        cparams.n_seq_max = n_seq
+        cparams.n_batch = cparams.n_ubatch = 512
+        threads = n_threads or _threads()
+        cparams.n_threads = cparams.n_threads_batch = threads
+        cparams.kv_unified = os.environ.get("AGENTLAB_LLAMACPP_UNIFIED") == "1"
+        if os.environ.get("AGENTLAB_LLAMACPP_FA"):
+            cparams.flash_attn_type = int(os.environ["AGENTLAB_LLAMACPP_FA"])
+        cparams.no_perf = True
+        self.ctx = L.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            L.llama_model_free(self.model)
+            raise RuntimeError("llama.cpp could not create a context")
+        self.mem = L.llama_get_memory(self.ctx)
+        self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
+        self.n_batch = 512
+        self.batch = L.llama_batch_init(self.n_batch, 0, 1)
+
+    def close(self):
+        if getattr(self, "ctx", None):
+            self.L.llama_batch_free(self.batch)
+            self.L.llama_free(self.ctx)
+            self.L.llama_model_free(self.model)
+            self.ctx = None
+
+    __del__ = close
+
+    def _decode(self, items: list[tuple[int, int, int, bool]]) -> np.ndarray:
+        """Decode ``(token, pos, seq, want_logits)`` items, in chunks of ``n_batch``; the logits asked for, in order."""
+        L, b = self.L, self.batch
+        out = []
+        for start in range(0, len(items), self.n_batch):
+            chunk = items[start:start + self.n_batch]
+            for i, (tok, pos, seq, logits) in enumerate(chunk):
+                b.token[i] = tok
+                b.pos[i] = pos
+                b.n_seq_id[i] = 1
+                b.seq_id[i][0] = seq
+                b.logits[i] = logits
+            b.n_tokens = len(chunk)
+            rc = L.llama_decode(self.ctx, b)
+            if rc != 0:
+                raise RuntimeError(f"llama_decode returned {rc} (a batch of {len(chunk)} tokens)")
+            n_out = sum(1 for it in chunk if it[3])
+            if n_out:
+                ptr = L.llama_get_logits(self.ctx)
+                out.append(np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab)).copy())
+        return np.concatenate(out) if out else np.zeros((0, self.n_vocab), np.float32)
+
+    def generate(self, seqs: list[list[int]], max_new_tokens: int, eos: int, sample,
+                 logprobs: list[list[float]] | None = None, temperature: float = 1.0) -> list[list[int]]:
+        """New tokens for each sequence (cut after ``eos``, at most ``max_new_tokens``). ``sample(logits) -> ids``.
+        ``logprobs``: a list to fill, per row, with each drawn token's log-probability at ``temperature`` (what the
+        sampler drew from, for comparing with the trainer's).
+
+        The rows' longest common prefix (the system prompt and tool schemas) is encoded once, in sequence 0, and
+        copied into the others' streams; then each row's rest is encoded and the rows decode together."""
+        if len(seqs) > self.n_seq:
+            raise ValueError(f"{len(seqs)} sequences for a context of {self.n_seq}")
+        longest = max(map(len, seqs)) + max_new_tokens
+        if longest > self.n_ctx_seq:
+            raise ValueError(f"a sequence needs {longest} positions; the engine holds {self.n_ctx_seq}")
+        L = self.L
+        L.llama_memory_clear(self.mem, True)
+        first, shortest = seqs[0], min(map(len, seqs))
+        shared = 0
+        while shared < shortest - 1 and all(s[shared] == first[shared] for s in seqs):
+            shared += 1
+        if shared:
+            self._decode([(t, p, 0, False) for p, t in enumerate(first[:shared])])
+            for i in range(1, len(seqs)):
+                L.llama_memory_seq_cp(self.mem, 0, i, -1, -1)
+        items = []
+        for i, s in enumerate(seqs):
+            items += [(t, shared + p, i, shared + p == len(s) - 1) for p, t in enumerate(s[shared:])]
+        logits = self._decode(items)
+        rows = list(range(len(seqs)))
+        pos = [len(s) for s in seqs]
+        new: list[list[int]] = [[] for _ in seqs]
+        if logprobs is not None:
+            logprobs[:] = [[] for _ in seqs]
+        while rows:
+            ids = sample(logits)
+            if logprobs is not None:
+                z = logits.astype(np.float64) / temperature
+                top = z.max(axis=1)
+                lse = top + np.log(np.exp(z - top[:, None]).sum(axis=1))
+                for k, (r, tok) in enumerate(zip(rows, ids, strict=True)):
+                    logprobs[r].append(float(z[k, tok] - lse[k]))
+            nxt, items = [], []
+            for r, tok in zip(rows, ids, strict=True):
+                new[r].append(int(tok))
+                if tok == eos or len(new[r]) >= max_new_tokens:
+                    continue
+                items.append((int(tok), pos[r], r, True))
+                pos[r] += 1
+                nxt.append(r)
+            rows = nxt
+            if rows:
+                logits = self._decode(items)
+        return new
+
+
+def sampler(greedy: bool, temperature: float, top_p: float, rng: np.random.Generator):
+    """``logits [rows, vocab] -> ids``: argmax, or a draw at ``temperature`` (nucleus ``top_p``)."""
+    if greedy or temperature == 0:
+        return lambda logits: logits.argmax(axis=1)
+
+    def draw(logits: np.ndarray) -> np.ndarray:
+        z = logits.astype(np.float64) / temperature
+        z -= z.max(axis=1, keepdims=True)
+        p = np.exp(z)
+        p /= p.sum(axis=1, keepdims=True)
+        if top_p < 1.0:
+            order = np.argsort(-p, axis=1)
+            sorted_p = np.take_along_axis(p, order, axis=1)
+            keep = np.cumsum(sorted_p, axis=1) - sorted_p < top_p
+            mask = np.zeros_like(keep)
+            np.put_along_axis(mask, order, keep, axis=1)
+            p = np.where(mask, p, 0.0)
+            p /= p.sum(axis=1, keepdims=True)
+        u = rng.random((p.shape[0], 1))
+        return np.minimum((np.cumsum(p, axis=1) < u).sum(axis=1), p.shape[1] - 1)
+
+    return draw
+
+
+# One engine per trained model, re-exported only when its weights changed (a GRPO step), kept across evaluations.
+_ENGINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _fingerprint(model) -> tuple:
+    import torch
+
+    with torch.no_grad():
+        trainable = [p for p in model.parameters() if p.requires_grad] or list(model.parameters())[-2:]
+        return tuple(float(p.double().sum()) for p in trainable) + tuple(float(p.double().abs().sum()) for p in trainable)
+
+
+_FP32_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def decoding_weights(model, precision: str = "auto"):
+    """A plain model holding the weights ``agentlab.precision.for_generation`` decodes with: its bf16 copy, or in
+    fp32 a cached fp32 copy with the LoRA merged in (``for_generation`` runs the PEFT model itself there)."""
+    import torch
+
+    from agentlab.precision import _lora_layers, _MergedCopy, for_generation
+
+    fast = for_generation(model, precision)
+    if _lora_layers(fast) is None:
+        return fast
+    merged = _FP32_COPIES.get(model)
+    if merged is None:
+        merged = _FP32_COPIES[model] = _MergedCopy(model, torch.float32)
+    return merged.sync(model)
+
+
+def generate_fn(model, tokenizer, config, greedy: bool, seed: int, source_gguf: str | Path | None = None):
+    """A ``GenerateFn`` for ``run_episodes`` that decodes ``model``'s current weights with llama.cpp."""
+    import torch
+
+    if source_gguf is None:
+        from agentlab.models import smollm2_gguf_path
+
+        source_gguf = smollm2_gguf_path()
+    n_seq, n_ctx_seq = config.batch_size, _round_up(config.max_context, 256)
+    key = _fingerprint(model)
+    state = _ENGINES.get(model)
+    if state is None or state["key"] != key or state["shape"] != (n_seq, n_ctx_seq):
+        if state is not None:
+            state["engine"].close()
+        fast = decoding_weights(model, config.precision)
+        folder = Path(os.environ.get("AGENTLAB_LLAMACPP_DIR") or _shm_or_tmp())
+        with tempfile.NamedTemporaryFile(dir=folder, suffix=".gguf", delete=False) as fh:
+            path = Path(fh.name)
+        try:
+            with torch.no_grad():
+                export_gguf(fast, source_gguf, path)
+            engine = Engine(path, n_seq, n_ctx_seq)
+        finally:
+            path.unlink(missing_ok=True)  # llama.cpp holds the weights in memory (mmap of an unlinked file)
+        state = _ENGINES[model] = {"key": key, "shape": (n_seq, n_ctx_seq), "engine": engine}
+    engine = state["engine"]
+    calls = [0]
+
+    def generate(seqs: list[list[int]]) -> list[list[int]]:
+        rng = np.random.default_rng([seed, calls[0]])  # reproducible from the seed, different per call
+        calls[0] += 1
+        pick = sampler(greedy, config.temperature, config.top_p, rng)
+        return engine.generate(seqs, config.max_new_tokens, tokenizer.eos_token_id, pick)
+
+    return generate
+
+
+def _round_up(n: int, k: int) -> int:
+    return (n + k - 1) // k * k
+
+
+def _shm_or_tmp() -> str:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+
+
+def _threads() -> int:
+    import torch
+
+    return max(1, torch.get_num_threads())
+
+
+_LOG_CB = None
+
+
+def _quiet(L) -> None:
+    """Silence llama.cpp's loading chatter (it logs every tensor to stderr); errors still raise here."""
+    global _LOG_CB
+    if _LOG_CB is None:
+        _LOG_CB = L.llama_log_callback(lambda level, text, user: None)
+        L.llama_log_set(_LOG_CB, ctypes.c_void_p(0))
+
+
+def check() -> None:
+    """Decode a few tokens of the shipped GGUF in this process (``make setup-llamacpp`` runs it in a subprocess: a
+    build with instructions this CPU refuses dies here, not in a test or a training run)."""
+    from agentlab.models import smollm2_gguf_path
+
+    engine = Engine(smollm2_gguf_path(), n_seq=2, n_ctx_seq=256, n_threads=1)
+    out = engine.generate([[1, 2, 3, 4], [1, 2, 3, 5]], 4, -1, sampler(True, 0, 1, None))
+    engine.close()
+    assert [len(x) for x in out] == [4, 4], out
+    print("agentlab: llama.cpp decodes here")
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["--check"]:
+        check()
