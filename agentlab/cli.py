@@ -178,7 +178,7 @@ def _cmd_eval(a) -> int:
     from agentlab.envs import load
 
     loop = LoopConfig.of(load(a.env), max_turns=a.max_turns, max_new_tokens=a.max_new_tokens,
-                         temperature=0 if a.greedy else 0.7)
+                         temperature=0 if a.greedy else 0.7, backend=a.rollout_backend)
     summary = evaluate(a.model, a.env, tasks, RunDir(name).path, adapter=a.adapter, samples=a.samples,
                        greedy=a.greedy, loop=loop, label=name)
     print_summary(summary)
@@ -224,7 +224,8 @@ def _cmd_quickstart(a) -> int:
     from agentlab.quickstart import QuickstartConfig, run_quickstart
 
     cfg = QuickstartConfig.smoke() if a.smoke else QuickstartConfig()
-    run_quickstart(dataclasses.replace(cfg, name=a.name or cfg.name), overwrite=a.overwrite)
+    run_quickstart(dataclasses.replace(cfg, name=a.name or cfg.name,
+                                       rollout_backend=a.rollout_backend or cfg.rollout_backend), overwrite=a.overwrite)
     return 0
 
 
@@ -239,6 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--smoke", action="store_true", help="tiny model and sizes (seconds; for CI)")
     p.add_argument("--name", default=None)
     p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--rollout-backend", default=None, choices=["torch", "llama_cpp"],
+                   help="decoding engine for rollouts and evaluations (llama_cpp: after make setup-llamacpp)")
     p.set_defaults(func=_cmd_quickstart)
 
     from agentlab.compare import ARMS, CompareConfig
@@ -329,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-turns", type=int, default=None, help="default: the environment's budget")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: the environment's budget")
     p.add_argument("--name", default=None)
+    p.add_argument("--rollout-backend", default="torch", choices=["torch", "llama_cpp"],
+                   help="decoding engine (llama_cpp: agentlab.llamacpp, after make setup-llamacpp)")
     _add_trl_class_args(p)
     p.set_defaults(func=_cmd_eval)
 

@@ -65,6 +65,7 @@ class CompareConfig:
     max_new_tokens: int | None = None   # per turn; product_finder's search call with every filter is ~60 tokens
     max_context: int | None = None
     sft_all_demos: int = 256
+    rollout_backend: str = "torch"      # CPU decoding of GRPO's rollouts and every evaluation: "torch" or "llama_cpp"
 
     def __post_init__(self):
         from agentlab.envs import load
@@ -114,11 +115,12 @@ class CompareConfig:
                           max_turns=self.max_turns, max_new_tokens=self.max_new_tokens, max_context=self.max_context,
                           temperature=self.temperature,
                           steps=self.grpo_steps, eval_every=self.eval_every, eval_tasks=self.validation,
-                          seed=self.seed)
+                          seed=self.seed, rollout_backend=self.rollout_backend)
 
     def eval_loop(self) -> LoopConfig:
         return LoopConfig(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
-                          max_context=self.max_context, temperature=0.0, batch_size=EVAL_BATCH)  # budgets resolved above
+                          max_context=self.max_context, temperature=0.0, batch_size=EVAL_BATCH,  # budgets resolved above
+                          backend=self.rollout_backend)
 
 
 class Comparison:
@@ -129,7 +131,7 @@ class Comparison:
 
         self.cfg, self.spec = cfg, load(cfg.env)
         self.run = RunDir(cfg.name)
-        self.run.prepare(cfg, overwrite=overwrite)
+        self.run.prepare(cfg, overwrite=overwrite, defaults={"rollout_backend": "torch"})  # older runs resume
         self.tried: list[dict] = []
         self.seconds: dict[str, float] = self.run.read_json("seconds.json") or {}
 

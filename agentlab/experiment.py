@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from agentlab.rollout import LoopConfig
+from agentlab.rollout import BACKENDS, LoopConfig
 from agentlab.types import BUDGET_FIELDS, Budget
 
 
@@ -58,6 +58,7 @@ class Experiment:
     loss_type: str = "dapo"       # TRL's GRPO loss variants (LOSS_TYPES); "dapo" is TRL's default
     scale_rewards: str = "group"  # divide advantages by the group's std ("group"), the batch's, or not ("none")
     max_nonfinite: int = 3        # updates with non-finite gradients are skipped; this many in a row stop the run
+    rollout_backend: str = "torch"  # CPU decoding of rollouts and checkpoint evals: "torch" or "llama_cpp"
 
     def __post_init__(self):
         from agentlab.envs import load
@@ -82,6 +83,8 @@ class Experiment:
 
         if self.precision not in PRECISIONS:
             errors.append(f"precision={self.precision!r} unknown; expected one of {PRECISIONS}")
+        if self.rollout_backend not in BACKENDS:
+            errors.append(f"rollout_backend={self.rollout_backend!r} unknown; expected one of {BACKENDS}")
         if self.beta < 0 or self.temperature <= 0:
             errors.append(f"beta={self.beta} must be >= 0 and temperature={self.temperature} > 0")
         bad = set(self.report_to) - {"wandb", "trackio"}
@@ -128,7 +131,8 @@ class Experiment:
     def loop(self) -> LoopConfig:
         return LoopConfig(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
                           max_context=self.max_context, temperature=self.temperature,
-                          batch_size=self.groups_per_step * self.group_size, precision=self.precision)
+                          batch_size=self.groups_per_step * self.group_size, precision=self.precision,
+                          backend=self.rollout_backend)
 
 
 def lora_config(r: int):
