@@ -90,10 +90,12 @@ def logprob_gap(model, tok, spec, tasks, exp, seed: int = 0) -> dict:
     gen = llamacpp.generate_fn(model, tok, config, greedy=False, seed=seed)  # exports the current weights
     del gen
     engine = llamacpp._ENGINES[model]["engine"]
-    drawn: list[list[float]] = []
-    out = engine.generate(seqs, exp.max_new_tokens, tok.eos_token_id,
-                          llamacpp.sampler(False, exp.temperature, 1.0, np.random.default_rng(seed)), drawn,
-                          exp.temperature)
+    out, drawn, rng = [], [], np.random.default_rng(seed)
+    for i in range(0, len(seqs), engine.n_seq):
+        lps: list[list[float]] = []
+        out += engine.generate(seqs[i:i + engine.n_seq], exp.max_new_tokens, tok.eos_token_id,
+                               llamacpp.sampler(False, exp.temperature, 1.0, rng), lps, exp.temperature)
+        drawn += lps
     gaps = []
     with torch.no_grad():
         for prompt, new, lp in zip(seqs, out, drawn, strict=True):

@@ -19,14 +19,13 @@ def bf16_copy(smollm2):
 def test_export_round_trips_through_transformers_gguf_loader(smollm2, tmp_path, dtype):
     """transformers' own GGUF reader (which undoes llama.cpp's q/k layout) reads back our weights bit for bit:
     a wrong head permutation or a dropped tensor fails here."""
+    import copy
+
     from transformers import AutoModelForCausalLM
 
     from agentlab.models import smollm2_gguf_path
 
     model, _ = smollm2
-    source = model.to(dtype) if dtype == torch.float32 else None
-    import copy
-
     src = copy.deepcopy(model).to(dtype)
     path = llamacpp.export_gguf(src, smollm2_gguf_path(), tmp_path / "policy.gguf")
     back = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, torch_dtype=dtype)
@@ -34,7 +33,6 @@ def test_export_round_trips_through_transformers_gguf_loader(smollm2, tmp_path, 
     for name, ours in src.state_dict().items():
         assert name in theirs, name
         assert torch.equal(theirs[name].to(dtype), ours), name
-    del source
 
 
 def test_export_refuses_mixed_precision(smollm2, tmp_path):
@@ -66,6 +64,21 @@ def test_unknown_backend_is_refused():
 
     with pytest.raises(ValueError, match="backend"):
         LoopConfig(backend="vllm-cpu")
+
+
+def test_backend_reaches_every_loop_a_run_builds():
+    """One setting chooses the engine for GRPO's rollouts, its checkpoint evals and a comparison's evaluations."""
+    from agentlab.compare import CompareConfig
+    from agentlab.experiment import Experiment
+    from agentlab.quickstart import QuickstartConfig
+
+    assert Experiment(rollout_backend="llama_cpp").loop().backend == "llama_cpp"
+    assert Experiment().loop().backend == "torch"
+    with pytest.raises(ValueError, match="rollout_backend"):
+        Experiment(rollout_backend="llamacpp")
+    cmp = QuickstartConfig(rollout_backend="llama_cpp").compare()
+    assert cmp.experiment().loop().backend == cmp.eval_loop().backend == "llama_cpp"
+    assert CompareConfig().eval_loop().backend == "torch"
 
 
 needs_llama = pytest.mark.skipif(not llamacpp.available(), reason="llama-cpp-python is not installed "
@@ -148,13 +161,12 @@ def test_rows_decode_as_they_would_alone(smollm2, bf16_copy, tmp_path):
 def test_run_episodes_on_llama_cpp_follows_weight_updates(tmp_path):
     """The loop through llama.cpp: episodes complete with TRL's token layout, sampling is reproducible from the
     seed, and a change of the trained weights is exported before the next rollout (not served stale)."""
-    from agentlab.envs import load
-    from agentlab.models import load_policy
-    from agentlab.rollout import LoopConfig, run_episodes
-
     from peft import get_peft_model
 
+    from agentlab.envs import load
     from agentlab.experiment import lora_config
+    from agentlab.models import load_policy
+    from agentlab.rollout import LoopConfig, run_episodes
 
     base, tok = load_policy("smollm2-135m")
     model = get_peft_model(base, lora_config(4))
