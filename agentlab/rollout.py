@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
+from agentlab import llamacpp
 from agentlab.retries import (
     INFRA_ERRORS,
     call_with_retries,
@@ -310,14 +311,8 @@ def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples:
 
     reward_fn = reward_fn or spec.default_reward
     renderer = Renderer(tokenizer, spec.env_class)
-    if generate_fn is not None:
-        generate = generate_fn
-    elif config.backend == "llama_cpp":
-        from agentlab import llamacpp
-
-        generate = llamacpp.generate_fn(model, tokenizer, config, greedy, seed)
-    else:
-        generate = hf_generate_fn(model, tokenizer, config, greedy, seed)
+    make = llamacpp.generate_fn if config.backend == "llama_cpp" else hf_generate_fn
+    generate = generate_fn or make(model, tokenizer, config, greedy, seed)
     make_env = env_factory or spec.make_env
     todo = [(g, s, task) for g, task in enumerate(tasks) for s in range(samples)]
     done: dict[tuple[int, int], Episode] = {}

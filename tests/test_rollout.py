@@ -165,6 +165,7 @@ def test_padded_prefill_on_the_key_value_heads_changes_no_bit(tiny, monkeypatch,
 
     model, tok = _contextual(tiny)  # a copy of its own
     model = model.to(getattr(torch, dtype))
+    model.set_attn_implementation("sdpa")  # the shared tiny model may have decoded (and switched) before this test
     assert model.config.num_key_value_heads < model.config.num_attention_heads
     renderer = Renderer(tok, SPEC.env_class)
     seqs = [renderer.prompt_ids(t) for t in SPEC.make_tasks("test", 3, seed=2)]
