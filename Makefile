@@ -36,7 +36,7 @@ LLAMACPP_CMAKE := -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPL
 LLAMACPP_PORTABLE := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 
 setup-llamacpp: setup
-	@$(PY) -c 'import llama_cpp' 2>/dev/null || { echo "agentlab: building $(LLAMACPP) for this CPU (~5 min, once)"; \
+	@$(PY) -c 'import llama_cpp' 2>/dev/null || { echo "agentlab: installing $(LLAMACPP) (built for this CPU: ~5 min the first time, seconds from pip's cache after)"; \
 		CMAKE_ARGS="$(LLAMACPP_CMAKE)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc 2>/dev/null || echo 2) \
 		$(PY) -m pip install --quiet $(LLAMACPP) || echo "agentlab: $(LLAMACPP) did not build; the llama.cpp backend is off"; }
 	@$(PY) -c 'import llama_cpp' 2>/dev/null && { $(PY) -m agentlab.llamacpp --check || { \

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from agentlab.gguf_export import export_gguf
+from agentlab.rollout import common_prefix
 
 
 def available() -> bool:
@@ -81,6 +82,7 @@ class Engine:
         self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
         self.n_batch = 512
         self.batch = L.llama_batch_init(self.n_batch, 0, 1)
+        self.held: list[list[int]] = [[] for _ in range(n_seq)]  # the tokens each row's stream holds
 
     def close(self):
         if getattr(self, "ctx", None):
@@ -125,32 +127,29 @@ class Engine:
 
         The rows' longest common prefix (the system prompt and tool schemas) lives in a stream of its own, encoded
         once and kept across calls (extended or cut back as the next call's common prefix differs, as the torch
-        path's ``hf_generate_fn`` keeps its prefix cache); each row's stream starts as a copy of it, then each
-        row's rest is encoded and the rows decode together."""
+        path's ``hf_generate_fn`` keeps its prefix cache); a row's stream starts as a copy of it, or keeps what
+        it held of this row from the last call (``_place``), then each row's rest is encoded and the rows decode
+        together."""
         if len(seqs) > self.n_seq:
             raise ValueError(f"{len(seqs)} sequences for a context of {self.n_seq}")
         longest = max(map(len, seqs)) + max_new_tokens
         if longest > self.n_ctx_seq:
             raise ValueError(f"a sequence needs {longest} positions; the engine holds {self.n_ctx_seq}")
         L = self.L
-        first, shortest = seqs[0], min(map(len, seqs))
-        shared = 0
-        while shared < shortest - 1 and all(s[shared] == first[shared] for s in seqs):
-            shared += 1
+        first, shared = seqs[0], common_prefix(seqs)
         kept = 0
         while kept < min(shared, len(self.prefix)) and self.prefix[kept] == first[kept]:
             kept += 1
         L.llama_memory_seq_rm(self.mem, self.prefix_seq, kept, -1)
         self._decode([(t, kept + p, self.prefix_seq, False) for p, t in enumerate(first[kept:shared])])
         self.prefix = first[:shared]
-        for i in range(len(seqs)):
-            L.llama_memory_seq_rm(self.mem, i, -1, -1)
-            if shared:
-                L.llama_memory_seq_cp(self.mem, self.prefix_seq, i, -1, -1)
+        streams, starts = self._place(seqs, shared)
         items = []
-        for i, s in enumerate(seqs):
-            items += [(t, shared + p, i, shared + p == len(s) - 1) for p, t in enumerate(s[shared:])]
+        for s, i, start in zip(seqs, streams, starts, strict=True):
+            items += [(t, start + p, i, start + p == len(s) - 1) for p, t in enumerate(s[start:])]
         logits = self._decode(items)
+        for s, i in zip(seqs, streams, strict=True):
+            self.held[i] = list(s)
         rows = list(range(len(seqs)))
         pos = [len(s) for s in seqs]
         new: list[list[int]] = [[] for _ in seqs]
@@ -169,13 +168,53 @@ class Engine:
                 new[r].append(int(tok))
                 if tok == eos or len(new[r]) >= max_new_tokens:
                     continue
-                items.append((int(tok), pos[r], r, True))
+                items.append((int(tok), pos[r], streams[r], True))
                 pos[r] += 1
                 nxt.append(r)
             rows = nxt
             if rows:
                 logits = self._decode(items)
+                for tok, _, i, _ in items:
+                    self.held[i].append(tok)
         return new
+
+
+    def _place(self, seqs: list[list[int]], shared: int) -> tuple[list[int], list[int]]:
+        """A stream for each sequence, and the position its encoding starts from. A stream that already holds the
+        start of a sequence beyond the shared prefix (its earlier turns: the conversation so far, the tokens it
+        generated) keeps it, so the next turn encodes only what is new (the tool's answer); the other sequences
+        start from a copy of the prefix stream. Without this every turn re-encodes the whole conversation after
+        the system prompt: on 2-turn ``lookup`` rollouts that is ~40 of ~150 tokens a row at turn two, and it grows
+        with every turn."""
+        L = self.L
+        width = max(map(len, seqs))
+        held = np.full((self.n_seq, width), -1, np.int64)
+        for i, h in enumerate(self.held):
+            held[i, :min(len(h), width)] = h[:width]
+        match = np.zeros((len(seqs), self.n_seq), np.int64)
+        for j, s in enumerate(seqs):  # each row's common prefix with each stream's tokens
+            same = held[:, :len(s)] == np.asarray(s)
+            match[j] = np.where(same.all(axis=1), len(s), same.argmin(axis=1))
+        streams, starts = [-1] * len(seqs), [shared] * len(seqs)
+        free = set(range(self.n_seq))
+        for j in sorted(range(len(seqs)), key=lambda j: -match[j].max()):
+            best = max(free, key=lambda i: (match[j, i], -i))
+            if match[j, best] > shared:
+                streams[j], starts[j] = best, min(int(match[j, best]), len(seqs[j]) - 1)  # logits need one token
+                free.discard(best)
+        for j in range(len(seqs)):
+            if streams[j] < 0:
+                streams[j] = min(free)
+                free.discard(streams[j])
+        for j, i in enumerate(streams):
+            self.held[i] = []  # unknown until this call has filled it (an error midway leaves it empty)
+            if starts[j] > shared:
+                L.llama_memory_seq_rm(self.mem, i, starts[j], -1)
+            else:
+                L.llama_memory_seq_rm(self.mem, i, -1, -1)
+                if shared:
+                    L.llama_memory_seq_cp(self.mem, self.prefix_seq, i, -1, -1)
+        return streams, starts
 
 
 def sampler(greedy: bool, temperature: float, top_p: float, rng: np.random.Generator):
@@ -233,8 +272,9 @@ def decoding_weights(model, precision: str = "auto"):
     return merged.sync(model)
 
 
-def generate_fn(model, tokenizer, config, greedy: bool, seed: int, source_gguf: str | Path | None = None):
-    """A ``GenerateFn`` for ``run_episodes`` that decodes ``model``'s current weights with llama.cpp."""
+def engine_for(model, config, source_gguf: str | Path | None = None) -> Engine:
+    """The engine decoding ``model``'s current weights for ``config`` (a ``LoopConfig``): the cached one while the
+    weights and the batch shape are unchanged, else a fresh export (the old engine is closed)."""
     import torch
 
     if source_gguf is None:
@@ -258,7 +298,12 @@ def generate_fn(model, tokenizer, config, greedy: bool, seed: int, source_gguf: 
         finally:
             path.unlink(missing_ok=True)  # llama.cpp holds the weights in memory (mmap of an unlinked file)
         state = _ENGINES[model] = {"key": key, "shape": (n_seq, n_ctx_seq), "engine": engine}
-    engine = state["engine"]
+    return state["engine"]
+
+
+def generate_fn(model, tokenizer, config, greedy: bool, seed: int, source_gguf: str | Path | None = None):
+    """A ``GenerateFn`` for ``run_episodes`` that decodes ``model``'s current weights with llama.cpp."""
+    engine = engine_for(model, config, source_gguf)
     calls = [0]
 
     def generate(seqs: list[list[int]]) -> list[list[int]]:

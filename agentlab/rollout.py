@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
-from agentlab import llamacpp
 from agentlab.retries import (
     INFRA_ERRORS,
     call_with_retries,
@@ -131,6 +130,16 @@ class Renderer:
         return ids[: end + 1]
 
 
+def common_prefix(seqs: list[list[int]]) -> int:
+    """How many leading tokens all ``seqs`` share, leaving every row at least one of its own (the one whose logits
+    start its generation). Both decoding engines encode that prefix once for the batch."""
+    first, shortest = seqs[0], min(map(len, seqs))
+    shared = 0
+    while shared < shortest - 1 and all(s[shared] == first[shared] for s in seqs):
+        shared += 1
+    return shared
+
+
 def hf_generate_fn(model, tokenizer, config: LoopConfig, greedy: bool, seed: int,
                    prefix_cache: bool = True) -> GenerateFn:
     """Batched ``model.generate``; each sequence is cut after its first EOS.
@@ -166,11 +175,7 @@ def hf_generate_fn(model, tokenizer, config: LoopConfig, greedy: bool, seed: int
 
     def generate(seqs: list[list[int]]) -> list[list[int]]:
         pad = tokenizer.pad_token_id
-        shared = 0
-        if prefix_cache and len(seqs) > 0:
-            first, shortest = seqs[0], min(map(len, seqs))
-            while shared < shortest - 1 and all(s[shared] == first[shared] for s in seqs):
-                shared += 1
+        shared = common_prefix(seqs) if prefix_cache and seqs else 0
         rests = [s[shared:] for s in seqs]
         width = max(map(len, rests))
         ids = torch.tensor([seqs[0][:shared] + [pad] * (width - len(r)) + r for r in rests])
@@ -307,6 +312,7 @@ def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples:
     ``observe(ep, call, result) -> text``: what the model sees instead of a tool's raw result (training-time
     hints, ``agentlab.hints``); the raw result stays in the episode record, the addition under ``"hint"``.
     """
+    from agentlab import llamacpp
     from agentlab.evals import write_episode
 
     reward_fn = reward_fn or spec.default_reward

@@ -87,9 +87,7 @@ def logprob_gap(model, tok, spec, tasks, exp, seed: int = 0) -> dict:
     renderer = Renderer(tok, spec.env_class)
     seqs = [renderer.prompt_ids(t) for t in tasks for _ in range(exp.group_size)]
     config = exp.loop()
-    gen = llamacpp.generate_fn(model, tok, config, greedy=False, seed=seed)  # exports the current weights
-    del gen
-    engine = llamacpp._ENGINES[model]["engine"]
+    engine = llamacpp.engine_for(model, config)  # exports the current weights
     out, drawn, rng = [], [], np.random.default_rng(seed)
     for i in range(0, len(seqs), engine.n_seq):
         lps: list[list[float]] = []

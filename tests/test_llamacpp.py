@@ -158,6 +158,34 @@ def test_rows_decode_as_they_would_alone(smollm2, bf16_copy, tmp_path):
 
 
 @needs_llama
+def test_a_rows_next_turn_encodes_only_what_is_new(smollm2, tmp_path):
+    """A row's stream keeps its conversation across calls: the next turn (its generated tokens and a tool's answer
+    appended, rows in another order) encodes only the answer and the one generated token never fed back, and
+    decodes what an engine starting from scratch decodes."""
+    from agentlab.models import smollm2_gguf_path
+
+    model, tok = smollm2
+    seqs = _prompts(tok, 3)
+    path = llamacpp.export_gguf(model, smollm2_gguf_path(), tmp_path / "p.gguf")
+    engine = llamacpp.Engine(path, n_seq=3, n_ctx_seq=1024, n_threads=1)
+    greedy = llamacpp.sampler(True, 0, 1, None)
+    first = engine.generate(seqs, 12, tok.eos_token_id, greedy)
+    answer = tok.encode("<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+                        add_special_tokens=False)
+    turn2 = [s + f + answer for s, f in zip(seqs, first, strict=True)][::-1]
+    encoded, logits = [], []
+    decode = engine._decode
+    engine._decode = lambda items: (encoded.append(len(items)), decode(items))[1]
+    again = engine.generate(turn2, 12, tok.eos_token_id, lambda z: (logits.append(z), z.argmax(1))[1])
+    assert encoded[1] == 3 * (1 + len(answer)), encoded  # [0]: the shared prefix, unchanged, encodes nothing
+    fresh = llamacpp.Engine(path, n_seq=3, n_ctx_seq=1024, n_threads=1)
+    assert np.abs(_first_logits(fresh, turn2, tok.eos_token_id) - logits[0]).max() < 0.05
+    assert sum(x == y for x, y in zip(again, fresh.generate(turn2, 12, tok.eos_token_id, greedy))) >= 2
+    engine.close()
+    fresh.close()
+
+
+@needs_llama
 def test_run_episodes_on_llama_cpp_follows_weight_updates(tmp_path):
     """The loop through llama.cpp: episodes complete with TRL's token layout, sampling is reproducible from the
     seed, and a change of the trained weights is exported before the next rollout (not served stale)."""
