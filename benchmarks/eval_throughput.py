@@ -13,6 +13,10 @@ turn). The two configurations alternate, round by round, in one process on one m
 - ``agentlab``: the preallocated cache (``trl_compat.decode_cache``), the folded LM head
   (``rollout._fold_lm_head_input``) and the padded prefill on the key/value heads (``trl_compat.gqa_prefill``).
 
+- ``llama_cpp_fresh``: ``llama_cpp`` with every row's stream started afresh each call (a copy of the shared
+  prefix, then the whole rest of the conversation encoded), as before a row's stream kept its earlier turns
+  (``llamacpp.Engine._place``): the side-by-side measure of that reuse.
+
 - ``llama_cpp``: the same weights (the policy ``for_generation`` decodes with) exported to GGUF and decoded by
   llama.cpp (``agentlab.llamacpp``; when llama-cpp-python is installed): another engine, so its episodes are
   compared with ``agentlab``'s (``identical_episodes_llama_cpp``) and its success is reported beside them.
@@ -65,6 +69,25 @@ def reference_decoding():
         rollout.decode_cache, rollout._fold_lm_head_input, rollout.gqa_prefill = saved
 
 
+@contextmanager
+def fresh_streams():
+    """llama.cpp rows start from the shared prefix every call (no reuse of a row's earlier turns) while the block
+    runs."""
+    from agentlab import llamacpp
+
+    place = llamacpp.Engine._place
+
+    def forget(self, seqs, shared):
+        self.held = [[] for _ in self.held]
+        return place(self, seqs, shared)
+
+    llamacpp.Engine._place = forget
+    try:
+        yield
+    finally:
+        llamacpp.Engine._place = place
+
+
 def main(argv=None) -> dict:
     from common import add_greedy_eval_args, greedy_eval_setup, timed_greedy, write_result
 
@@ -72,7 +95,7 @@ def main(argv=None) -> dict:
     add_greedy_eval_args(p, n=200, max_new_tokens=48)
     p.add_argument("--batch-size", type=int, default=48)
     p.add_argument("--rounds", type=int, default=2, help="rounds of every config, order alternating")
-    p.add_argument("--configs", default=None, help="comma-separated, of reference, agentlab, llama_cpp "
+    p.add_argument("--configs", default=None, help="comma-separated, of reference, agentlab, llama_cpp, llama_cpp_fresh "
                    "(default: all three when llama-cpp-python is installed)")
     a = p.parse_args(argv)
 
@@ -86,9 +109,10 @@ def main(argv=None) -> dict:
     rows, texts = [], {}
     for r in range(a.rounds):
         for name in configs if r % 2 == 0 else configs[::-1]:
-            with reference_decoding() if name == "reference" else nullcontext():
+            patch = {"reference": reference_decoding, "llama_cpp_fresh": fresh_streams}.get(name, nullcontext)
+            with patch():
                 eps, dt = timed_greedy(model, tok, spec, tasks, a, a.batch_size,
-                                       backend="llama_cpp" if name == "llama_cpp" else "torch")
+                                       backend="llama_cpp" if name.startswith("llama_cpp") else "torch")
             s = summarize(eps)
             rows.append({"config": name, "round": r, "episodes": len(eps), "seconds": dt,
                          "episodes_per_min": 60 * len(eps) / dt, "mean_turns": s["turns"]["mean"],
@@ -111,8 +135,11 @@ def main(argv=None) -> dict:
            "max_new_tokens": a.max_new_tokens, "machine": describe(), "runs": rows, "median_seconds": median,
            "identical_episodes": same("reference", "agentlab"),
            "identical_episodes_llama_cpp": same("agentlab", "llama_cpp"),
+           "identical_episodes_llama_cpp_fresh": same("llama_cpp", "llama_cpp_fresh"),
            "target_seconds_for_200": TARGETS.get(a.env),
            "best_seconds_per_200": best("agentlab"), "best_seconds_per_200_llama_cpp": best("llama_cpp")}
+    if "llama_cpp" in median and "llama_cpp_fresh" in median:
+        out["speedup_llama_cpp_row_reuse"] = median["llama_cpp_fresh"] / median["llama_cpp"]
     for name in ("agentlab", "llama_cpp"):
         if "reference" in median and name in median:
             key = "speedup_over_reference" + ("" if name == "agentlab" else "_llama_cpp")
