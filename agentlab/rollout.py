@@ -87,10 +87,9 @@ class LoopConfig:
             raise ValueError(f"LoopConfig.temperature must be >= 0, got {self.temperature}")
         from agentlab.precision import PRECISIONS
 
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"LoopConfig.precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"LoopConfig.backend must be one of {BACKENDS}, got {self.backend!r}")
+        for name, allowed in (("precision", PRECISIONS), ("backend", BACKENDS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"LoopConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
 
 
 class Renderer:
@@ -131,25 +130,20 @@ class Renderer:
 
 
 def common_prefix(seqs: list[list[int]]) -> int:
-    """How many leading tokens all ``seqs`` share, leaving every row at least one of its own (the one whose logits
-    start its generation). Both decoding engines encode that prefix once for the batch."""
-    first, shortest = seqs[0], min(map(len, seqs))
-    shared = 0
-    while shared < shortest - 1 and all(s[shared] == first[shared] for s in seqs):
-        shared += 1
-    return shared
+    """Leading tokens all ``seqs`` share, each row keeping one of its own (both engines encode them once)."""
+    n = min(map(len, seqs)) - 1
+    return next((i for i in range(n) if any(s[i] != seqs[0][i] for s in seqs)), max(n, 0))
 
 
 def hf_generate_fn(model, tokenizer, config: LoopConfig, greedy: bool, seed: int,
                    prefix_cache: bool = True) -> GenerateFn:
     """Batched ``model.generate``; each sequence is cut after its first EOS.
 
-    Prefix caching (why): every episode starts with the same system prompt and tool schemas (~370 of the
-    ~400 prompt tokens on ``lookup``), and without a cache every turn re-encodes the whole conversation. We
-    encode the batch's longest common prefix once, then lay rows out as ``prefix | pads | rest`` — the
-    attention mask hides the pads and position ids come from the mask, so each row computes exactly what it
-    would alone (``tests/test_rollout.py`` compares against uncached generation). Weights must not change
-    while this function is in use: ``run_episodes`` makes a new one per call.
+    Prefix caching (why): every episode starts with the same system prompt and tool schemas (~370 of the ~400 prompt
+    tokens on ``lookup``), and without a cache every turn re-encodes the whole conversation. We encode the batch's
+    longest common prefix once, then lay rows out as ``prefix | pads | rest`` — the attention mask hides the pads
+    and position ids come from the mask, so each row computes exactly what it would alone (``tests/test_rollout.py``
+    compares against uncached generation). Weights must not change meanwhile: ``run_episodes`` makes one per call.
 
     Precision: ``config.precision`` "auto" decodes with a bf16 copy of the weights (LoRA merged in) on CPUs with
     bf16 hardware (``agentlab.precision.for_generation``), fp32 ``model`` itself elsewhere.
@@ -312,12 +306,12 @@ def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples:
     ``observe(ep, call, result) -> text``: what the model sees instead of a tool's raw result (training-time
     hints, ``agentlab.hints``); the raw result stays in the episode record, the addition under ``"hint"``.
     """
-    from agentlab import llamacpp
     from agentlab.evals import write_episode
+    from agentlab.llamacpp import generate_fn as llamacpp_generate_fn
 
     reward_fn = reward_fn or spec.default_reward
     renderer = Renderer(tokenizer, spec.env_class)
-    make = llamacpp.generate_fn if config.backend == "llama_cpp" else hf_generate_fn
+    make = llamacpp_generate_fn if config.backend == "llama_cpp" else hf_generate_fn
     generate = generate_fn or make(model, tokenizer, config, greedy, seed)
     make_env = env_factory or spec.make_env
     todo = [(g, s, task) for g, task in enumerate(tasks) for s in range(samples)]
