@@ -27,100 +27,16 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
+from agentlab.compare_config import ARMS, CompareConfig
 from agentlab.evals import success_entry
-from agentlab.rollout import EVAL_BATCH, LoopConfig
 from agentlab.runs import RunDir, write_jsonl
-from agentlab.synth import episode_sft_row, parse_regime, regime_demos
+from agentlab.synth import episode_sft_row, regime_demos
 from agentlab.types import Episode, Task
 
-ARMS = ("sft_best", "grpo", "sft_matched", "rft", "sft_all")
-
-
-@dataclass(frozen=True)
-class CompareConfig:
-    """One comparison: environment, data regime, seed, and the budgets of every arm. Saved as ``config.json``."""
-
-    name: str = "compare"
-    env: str = "product_finder"
-    regime: str = "cheap:64"            # "<kind>:<n demonstrations>", kind in agentlab.synth.REGIMES
-    seed: int = 0                       # task synthesis, SFT data order, GRPO and RFT sampling
-    model: str = "smollm2-135m"
-    train: int = 1000                   # GRPO's and RFT's tasks; the regime's demonstrations come from them too
-    validation: int = 64                # every choice (SFT lr/steps, GRPO checkpoint) is made on these
-    test: int = 200                     # touched once per reported arm
-    sft_lrs: tuple[float, ...] = (3e-4, 1e-3, 3e-3)
-    sft_steps: tuple[int, ...] = (4, 8, 16, 32)
-    sft_batch: int = 2
-    sft_extend: int = 2                 # times the best SFT run is continued (steps doubled) while it still improves
-    grpo_steps: int = 24
-    grpo_lr: float = 2e-4
-    groups_per_step: int = 4
-    group_size: int = 4                 # GRPO's G, and RFT's samples per task
-    temperature: float = 0.7
-    eval_every: int = 6
-    max_turns: int | None = None        # None: the environment's budget (EnvSpec.budget)
-    max_new_tokens: int | None = None   # per turn; product_finder's search call with every filter is ~60 tokens
-    max_context: int | None = None
-    sft_all_demos: int = 256
-    rollout_backend: str = "torch"      # CPU decoding of GRPO's rollouts and every evaluation: "torch" or "llama_cpp"
-
-    def __post_init__(self):
-        from agentlab.envs import load
-        from agentlab.experiment import with_budget
-
-        parse_regime(self.regime)
-        with_budget(self, load(self.env))
-        errors = []
-        if not self.sft_lrs or any(lr <= 0 for lr in self.sft_lrs):
-            errors.append(f"sft_lrs={self.sft_lrs} must be positive learning rates")
-        if not self.sft_steps or any(s < 1 for s in self.sft_steps):
-            errors.append(f"sft_steps={self.sft_steps} must be positive step counts")
-        for name in ("train", "validation", "test", "grpo_steps", "eval_every", "sft_all_demos", "sft_batch"):
-            if getattr(self, name) < 1:
-                errors.append(f"{name}={getattr(self, name)} must be >= 1")
-        if self.eval_every > self.grpo_steps:
-            errors.append(f"eval_every={self.eval_every} exceeds grpo_steps={self.grpo_steps}: no GRPO checkpoint "
-                          f"would be evaluated")
-        if errors:
-            raise ValueError("bad comparison config: " + "; ".join(errors))
-
-    @classmethod
-    def smoke(cls, **overrides) -> CompareConfig:
-        """Tiny model and sizes: every arm end to end in about a minute (tests, CI)."""
-        return cls(**{"name": "compare-smoke", "env": "lookup", "regime": "expert:8", "model": "tiny-random",
-                      "train": 24, "validation": 4, "test": 6, "sft_lrs": (1e-3, 3e-3), "sft_steps": (1, 2),
-                      "grpo_steps": 2, "groups_per_step": 1, "group_size": 2, "eval_every": 1,
-                      "max_turns": 2, "max_new_tokens": 8, "sft_all_demos": 8, **overrides})
-
-    @classmethod
-    def from_text(cls, given: dict[str, str | None], smoke: bool = False) -> CompareConfig:
-        """A config from command-line text (``None``: the default); tuple fields are comma-separated values.
-
-        >>> CompareConfig.from_text({"sft_lrs": "1e-3,2e-3", "seed": "1", "env": None}).sft_lrs
-        (0.001, 0.002)
-        """
-        from agentlab.fields import typed_fields
-
-        values = typed_fields(cls, given)
-        return cls.smoke(**values) if smoke else cls(**values)
-
-    def experiment(self):
-        from agentlab.train import Experiment
-
-        return Experiment(name=f"{self.name}/grpo", model=self.model, env=self.env, lr=self.grpo_lr,
-                          groups_per_step=self.groups_per_step, group_size=self.group_size,
-                          max_turns=self.max_turns, max_new_tokens=self.max_new_tokens, max_context=self.max_context,
-                          temperature=self.temperature,
-                          steps=self.grpo_steps, eval_every=self.eval_every, eval_tasks=self.validation,
-                          seed=self.seed, rollout_backend=self.rollout_backend)
-
-    def eval_loop(self) -> LoopConfig:
-        return LoopConfig(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
-                          max_context=self.max_context, temperature=0.0, batch_size=EVAL_BATCH,  # budgets resolved above
-                          backend=self.rollout_backend)
+__all__ = ["ARMS", "CompareConfig", "Comparison", "run_compare"]
 
 
 class Comparison:
@@ -156,6 +72,10 @@ class Comparison:
 
         return evaluate(self.cfg.model, self.cfg.env, tasks, folder, adapter=str(adapter) if adapter else None,
                         loop=self.cfg.eval_loop(), label=label, reuse=True)
+
+    def adapter(self, choice: dict) -> Path:
+        """The adapter a choice names (stored relative to the comparison's folder, ``RunDir.rel``)."""
+        return self.run.resolve(choice["adapter"])
 
     def sft_settings(self, lr: float, steps: int):
         from agentlab.train import SFTSettings
@@ -229,7 +149,7 @@ class Comparison:
             if not improved:
                 break
         _, point, adapter = best
-        choice = {**point, "adapter": str(adapter), "at_edge": point["steps"] == last}
+        choice = {**point, "adapter": self.run.rel(adapter), "at_edge": point["steps"] == last}
         self.run.write_json(f"{arm}/choice.json", choice)
         return choice
 
@@ -239,7 +159,7 @@ class Comparison:
 
         grpo_run = RunDir(self.run.path / "grpo")
         if not grpo_run.finished:
-            run_grpo(self.cfg.experiment(), train, val, init_adapter=start["adapter"], run=grpo_run)
+            run_grpo(self.cfg.experiment(), train, val, init_adapter=self.adapter(start), run=grpo_run)
         evals = [e for e in grpo_run.evals() if e["step"] > 0]
         for e in evals:
             self._tried({"arm": "grpo", "regime": self.cfg.regime, "lr": self.cfg.grpo_lr, "steps": e["step"],
@@ -247,7 +167,7 @@ class Comparison:
         best = max(evals, key=lambda e: (e["success"]["mean"], -e["step"]))
         seconds = sum(m.get("time_step_s") or 0.0 for m in grpo_run.metrics())
         choice = {"step": best["step"], "validation": success_entry(best), "train_seconds": round(seconds, 1),
-                  "adapter": str(grpo_run.path / "checkpoints" / f"checkpoint-{best['step']}")}
+                  "adapter": self.run.rel(grpo_run.path / "checkpoints" / f"checkpoint-{best['step']}")}
         self.run.write_json("grpo/choice.json", choice)
         return choice
 
@@ -274,7 +194,7 @@ class Comparison:
             if best is None or point["validation"]["success"] > best[0]["validation"]["success"]:
                 best = (point, adapter)
         point, adapter = best
-        return {"adapter": str(adapter), "extra_steps": point["steps"], "validation": point["validation"],
+        return {"adapter": self.run.rel(adapter), "extra_steps": point["steps"], "validation": point["validation"],
                 "steps_run": summary["steps"], "seconds": summary["seconds"]}
 
     def sft_matched(self, start: dict, budget_s: float, val: list[Task]) -> dict:
@@ -285,7 +205,7 @@ class Comparison:
         folder = self.run.path / "sft_matched"
         if not (folder / "adapter" / "adapter_config.json").exists():
             run_sft(self.cfg.model, self.demos(), folder, self.sft_settings(start["lr"], 100_000),
-                    init_adapter=start["adapter"], max_seconds=budget_s, save_every_s=budget_s / self.checkpoints())
+                    init_adapter=self.adapter(start), max_seconds=budget_s, save_every_s=budget_s / self.checkpoints())
         choice = self.choose("sft_matched", folder, start["lr"], val)
         self.run.write_json("sft_matched/choice.json", choice)
         return choice
@@ -307,7 +227,7 @@ class Comparison:
             done_ids = {ep.task.id for ep in episodes}
             todo = [t for t in train if t.id not in done_ids]
             if spent < budget_s / 2 and todo:
-                model, tok = load_policy(self.cfg.model, adapter=start["adapter"])
+                model, tok = load_policy(self.cfg.model, adapter=self.adapter(start))
                 loop = replace(self.cfg.eval_loop(), temperature=self.cfg.temperature,
                                batch_size=self.cfg.groups_per_step * self.cfg.group_size)
                 chunk = self.cfg.groups_per_step
@@ -330,7 +250,7 @@ class Comparison:
             rows = self.demos() + [episode_sft_row(ep) for ep in kept.values()]
             left = max(1.0, budget_s - spent)
             run_sft(self.cfg.model, rows, folder, self.sft_settings(start["lr"], 100_000),
-                    init_adapter=start["adapter"], max_seconds=left, save_every_s=left / self.checkpoints())
+                    init_adapter=self.adapter(start), max_seconds=left, save_every_s=left / self.checkpoints())
             self.run.write_json("rft/pool.json", {"tasks_sampled": len({ep.task.id for ep in episodes}),
                                                   "episodes": len(episodes), "kept": len(kept),
                                                   "sampling_s": spent})
@@ -373,7 +293,7 @@ def run_compare(cfg: CompareConfig, arms: tuple[str, ...] = ARMS, overwrite: boo
     for arm, chosen in policies.items():
         _say(f"[{cfg.name}] test evaluation of {arm} on {len(test)} tasks (greedy, once)")
         folder = cmp.run.path / "test" / arm
-        summary = cmp._timed(f"test_{arm}", cmp.evaluate, folder, chosen["adapter"], test, arm)
+        summary = cmp._timed(f"test_{arm}", cmp.evaluate, folder, cmp.adapter(chosen), test, arm)
         results[arm] = success_entry(summary)
         episodes[arm] = read_rollouts(folder / "rollouts.jsonl")[0]
     diffs = {}

@@ -26,6 +26,9 @@ _NO_ENV = SimpleNamespace(budget=Budget())  # an unknown env is reported as such
 # TRL 1.16's GRPOConfig.loss_type and scale_rewards values (TRL implements every variant; we pass the name through).
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 SCALE_REWARDS = ("group", "batch", "none")
+# What a loss type needs besides its name (TRL's own rule, stated in GRPOConfig's docs): luspo is defined on
+# sequence-level importance ratios. Set here so that `--loss-type luspo` trains as the method is defined.
+LOSS_RULES = {"luspo": {"importance_sampling_level": "sequence"}}
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -220,6 +223,7 @@ def grpo_kwargs(exp: Experiment, output_dir: Path, **overrides) -> dict:
         gradient_checkpointing=False, dataloader_num_workers=0, shuffle_dataset=True, disable_tqdm=False,
         log_completions=False, save_only_model=False,
     )
+    kwargs.update(LOSS_RULES.get(exp.loss_type, {}))
     kwargs.update(overrides)
     return kwargs
 

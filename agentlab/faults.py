@@ -158,7 +158,7 @@ def faulty_spec(spec: EnvSpec, rate: float, kinds: tuple[str, ...] = tuple(FAULT
 
 
 def flaky_generate(generate, rate: float, seed: int = 0):
-    """A generate function (``agentlab.rollout.GenerateFn``) whose calls drop their connection a ``rate`` fraction
+    """A generate function (``agentlab.engines.GenerateFn``) whose calls drop their connection a ``rate`` fraction
     of the time, like a vLLM server going away; the n-th call's fate is fixed by ``(seed, n)``."""
     calls = itertools.count()
 
@@ -212,15 +212,16 @@ def reliability_case(kind: str, rate: float, folder, steps: int = 4, seed: int =
     other), were any records lost or duplicated.
 
     The policy (the tiny random model) is trained for real, but its *generation* replays the scripted expert
-    (``agentlab.rollout.scripted_generate_fn``): a random model never calls a tool, and tool and judge faults need
-    tool calls to strike. Trainer, loop, retries, rewards and the run folder are the real ones.
+    (``agentlab.engines.scripted``, ``run_grpo``'s engine): a random model never calls a tool, and tool and judge
+    faults need tool calls to strike. Trainer, loop, retries, rewards and the run folder are the real ones.
     """
     from pathlib import Path
 
-    from agentlab import rollout
+    from agentlab.engines.scripted import scripted_generate_fn
     from agentlab.envs import load, register
     from agentlab.evals import read_rollouts
     from agentlab.rewards import Reward
+    from agentlab.rollout import Renderer
     from agentlab.runs import RunDir
     from agentlab.train import Experiment, run_grpo
 
@@ -235,22 +236,18 @@ def reliability_case(kind: str, rate: float, folder, steps: int = 4, seed: int =
     val = base.make_tasks("validation", eval_tasks, seed=seed)
     exp = Experiment(name="reliability", model="tiny-random", env=spec.name, steps=steps, eval_every=2,
                      eval_tasks=eval_tasks, groups_per_step=2, group_size=4, max_turns=3, reward=reward, seed=seed)
-    real = rollout.hf_generate_fn
 
-    def scripted(model, tok, config, greedy, seed, **kw):
-        generate = rollout.scripted_generate_fn(rollout.Renderer(tok, spec.env_class), tasks + val, base.expert)
+    def scripted(model, tok, config, greedy, seed):
+        generate = scripted_generate_fn(Renderer(tok, spec.env_class), tasks + val, base.expert)
         return flaky_generate(generate, rate, seed) if kind == "generation" else generate
 
     run = RunDir(Path(folder))
     crash = None
     INJECTED.clear()
-    rollout.hf_generate_fn = scripted
     try:
-        run_grpo(exp, tasks, val, run=run, overwrite=True)
+        run_grpo(exp, tasks, val, run=run, overwrite=True, engine=scripted)
     except Exception as exc:  # noqa: BLE001 — a crash is what this measures
         crash = f"{type(exc).__name__}: {exc}"
-    finally:
-        rollout.hf_generate_fn = real
     train_eps = read_rollouts(run.rollouts_file)[0] if run.rollouts_file.exists() else []
     eval_eps = [ep for f in sorted((run.path / "evals").glob("*.rollouts.jsonl")) for ep in read_rollouts(f)[0]]
     episodes = train_eps + eval_eps

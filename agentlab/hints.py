@@ -61,9 +61,12 @@ class HintSchedule:
 
 
 def _generic(kind: str, task: Task, call: ToolCall, result: str, final_tool: str) -> str:
+    """Procedural guidance only: an enriched *state* observation says what the plain result does not (which record
+    matches, what the task still needs), and only the environment knows that (every shipped one has its own
+    ``hint``). A state hint without that knowledge would teach nothing, so an environment without one gets none."""
     if kind == "guidance":
         return f"Hint: when a result answers the question, call `{final_tool}` with it; otherwise search again."
-    return f"[state: last tool {call.name}; {len(result)} characters returned]"
+    return ""
 
 
 def observer(env_name: str, final_tool: str, schedule: HintSchedule, step: int, total_steps: int) -> Observer:

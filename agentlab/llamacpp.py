@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from agentlab.engines import common_prefix
 from agentlab.gguf_export import export_gguf
-from agentlab.rollout import common_prefix
 
 
 def available() -> bool:
@@ -38,6 +38,11 @@ def available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def system_info() -> str:
+    """What this llama.cpp build uses on this CPU (``"AVX2 = 1 | AVX512 = 0 | …"``): builds differ per machine."""
+    return _require().llama_print_system_info().decode()
 
 
 def _require():

@@ -35,10 +35,28 @@ def describe() -> dict:
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "memory_gb": memory_gb,
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "precision": resolve("auto"),
+        "cpu_class": cpu_class(), "precision": resolve("auto"),
         "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
         "commit": _commit(),
     }
+
+
+def cpu_class() -> str:
+    """The class of CPU a number was made on, as its speed and arithmetic differ: ``"amx"`` (Intel with AMX tiles,
+    bf16), ``"avx512-bf16"`` (AVX-512 with bf16 instructions, no AMX), ``"avx2"`` (fp32 only), else the machine.
+
+    >>> cpu_class() in ("amx", "avx512-bf16", "avx512", "avx2", platform.machine())
+    True
+    """
+    try:
+        flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("flags")), [])
+    except OSError:  # not Linux
+        flags = []
+    for flag, name in (("amx_tile", "amx"), ("avx512_bf16", "avx512-bf16"), ("avx512f", "avx512"), ("avx2", "avx2")):
+        if flag in flags:
+            return name
+    return platform.machine()
 
 
 def made_on(what: str, settings: str = "") -> str:

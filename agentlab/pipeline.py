@@ -82,7 +82,10 @@ def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str
     spec = load(env)
     loop = loop or LoopConfig(temperature=0.0 if greedy else 0.7)
     workers = min(eval_workers(env) if workers is None else workers, len(tasks))
-    model_id = model_name + (f"+{adapter}" if adapter else "")
+    from agentlab.runs import RunDir
+
+    recorded = RunDir(Path(out_dir)).rel(adapter) if adapter else None  # relative: the folder can move
+    model_id = model_name + (f"+{recorded}" if adapter else "")
     t0 = time.time()
     if workers > 1:
         episodes = _evaluate_in_workers(workers, model_name, adapter, env, tasks, Path(out_dir), loop, samples, greedy,
@@ -93,7 +96,7 @@ def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str
         model, tok = load_policy(model_name, adapter=adapter)
         episodes = evaluate_model(model, tok, spec, tasks, Path(out_dir) / "rollouts.jsonl", loop, samples=samples,
                                   greedy=greedy, seed=seed, model_id=model_id, config_id=label, progress=True)
-    summary = {"label": label, "model": model_name, "adapter": adapter, "env": env, "samples": samples,
+    summary = {"label": label, "model": model_name, "adapter": recorded, "env": env, "samples": samples,
                "greedy": greedy, "loop": dataclasses.asdict(loop), "seconds": time.time() - t0,
                "workers": max(workers, 1), **summarize(episodes)}
     _atomic_write(out_dir / "summary.json", json.dumps(summary, indent=2, sort_keys=True))  # a kill: old or new

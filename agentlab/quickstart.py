@@ -92,7 +92,7 @@ def run_quickstart(cfg: QuickstartConfig = QuickstartConfig(), overwrite: bool =
     run = cmp.run
     sft_copy = run.path / "sft" / "adapter"
     if not (sft_copy / "adapter_config.json").exists():
-        shutil.copytree(result["choices"]["sft_best"]["adapter"], sft_copy, dirs_exist_ok=True)
+        shutil.copytree(run.resolve(result["choices"]["sft_best"]["adapter"]), sft_copy, dirs_exist_ok=True)
     report = _report(cfg, success_entry(base), result, run)
     earlier = run.read_json("report.json") or {}  # a resumed run: the process that did the work peaked higher
     report["peak_rss_gb"] = max(report["peak_rss_gb"], earlier.get("peak_rss_gb", 0.0))
@@ -125,7 +125,7 @@ def _report(cfg: QuickstartConfig, base: dict, result: dict, run: RunDir) -> dic
         "sft_matched": {**result["sft_matched"], "extra_steps": matched["extra_steps"]},
         "grpo_minus_sft": result["grpo_minus_sft_best"], "grpo_minus_sft_matched": result["grpo_minus_sft_matched"],
         "non_overlapping_cis": result["grpo"]["ci_low"] > result["sft_best"]["ci_high"],
-        "rollouts": {stage: str(run.path / "test" / arm / "rollouts.jsonl") for stage, arm in
+        "rollouts": {stage: run.rel(run.path / "test" / arm / "rollouts.jsonl") for stage, arm in
                      (("base", "base"), ("sft", "sft_best"), ("grpo", "grpo"), ("sft_matched", "sft_matched"))},
         "choices": choices, "tried": result["tried"],
         # Each stage's seconds are recorded once, when it ran: their sum is the run's time even when resumed.

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
+from agentlab.engines import KINDS as BACKENDS
+from agentlab.engines import GenerateFn, make
 from agentlab.retries import (
     INFRA_ERRORS,
     call_with_retries,
@@ -28,7 +30,7 @@ from agentlab.retries import (
     reset_with_retries,
     score_with_retries,
 )
-from agentlab.trl_compat import cache_of, decode_cache, gqa_prefill, parse_response, tool_suffix_ids
+from agentlab.trl_compat import parse_response, tool_suffix_ids
 from agentlab.types import (
     BUDGET_FIELDS,
     Budget,
@@ -50,12 +52,6 @@ EVAL_BATCH = 48
 
 # The declared format of a turn that calls tools: one or more blocks, nothing around them (qwen2.5's template).
 _STRICT_CALLS = re.compile(r"(?:<tool_call>\n\{.*?\}\n</tool_call>\n?)+", re.DOTALL)
-
-BACKENDS = ("torch", "llama_cpp")
-
-# A generate function maps token sequences (one per live episode) to the new tokens of each.
-GenerateFn = Callable[[list[list[int]]], list[list[int]]]
-
 
 @dataclass(frozen=True)
 class LoopConfig:
@@ -127,89 +123,6 @@ class Renderer:
         ids = list(after[len(before):])
         end = ids.index(self.tok.eos_token_id) if self.tok.eos_token_id in ids else len(ids) - 1
         return ids[: end + 1]
-
-
-def common_prefix(seqs: list[list[int]]) -> int:
-    """Leading tokens all ``seqs`` share, each row keeping one of its own (both engines encode them once)."""
-    n = min(map(len, seqs)) - 1
-    return next((i for i in range(n) if any(s[i] != seqs[0][i] for s in seqs)), max(n, 0))
-
-
-def hf_generate_fn(model, tokenizer, config: LoopConfig, greedy: bool, seed: int,
-                   prefix_cache: bool = True) -> GenerateFn:
-    """Batched ``model.generate``; each sequence is cut after its first EOS.
-
-    Prefix caching (why): every episode starts with the same system prompt and tool schemas (~370 of the ~400 prompt
-    tokens on ``lookup``), and without a cache every turn re-encodes the whole conversation. We encode the batch's
-    longest common prefix once, then lay rows out as ``prefix | pads | rest`` — the attention mask hides the pads
-    and position ids come from the mask, so each row computes exactly what it would alone (``tests/test_rollout.py``
-    compares against uncached generation). Weights must not change meanwhile: ``run_episodes`` makes one per call.
-
-    Precision: ``config.precision`` "auto" decodes with a bf16 copy of the weights (LoRA merged in) on CPUs with
-    bf16 hardware (``agentlab.precision.for_generation``), fp32 ``model`` itself elsewhere.
-    """
-    import copy
-
-    import torch
-
-    from agentlab.precision import for_generation
-
-    model = for_generation(model, config.precision)
-    _fold_lm_head_input(model)
-    gqa_prefill(model)
-    calls = [0]
-    cached: dict = {}
-
-    def encode_prefix(prefix: tuple[int, ...]):
-        if cached.get("key") != prefix:
-            with torch.no_grad():
-                out = model(input_ids=torch.tensor([prefix]), use_cache=True, logits_to_keep=1)
-            cached.update(key=prefix, cache=cache_of(out))
-        return cached["cache"]
-
-    def generate(seqs: list[list[int]]) -> list[list[int]]:
-        pad = tokenizer.pad_token_id
-        shared = common_prefix(seqs) if prefix_cache and seqs else 0
-        rests = [s[shared:] for s in seqs]
-        width = max(map(len, rests))
-        ids = torch.tensor([seqs[0][:shared] + [pad] * (width - len(r)) + r for r in rests])
-        attn = torch.tensor([[1] * shared + [0] * (width - len(r)) + [1] * len(r) for r in rests])
-        kwargs = {}
-        prefix = encode_prefix(tuple(seqs[0][:shared])) if shared else None
-        past = decode_cache(prefix, len(seqs), shared + width + config.max_new_tokens)
-        if past is None and prefix is not None:  # the couplings are off: repeat a copy of the prefix's cache
-            past = copy.deepcopy(prefix)
-            past.batch_repeat_interleave(len(seqs))
-        if past is not None:
-            kwargs["cache"] = past
-        torch.manual_seed(seed * 1_000_003 + calls[0])  # reproducible from the seed, different per call
-        calls[0] += 1
-        sampling = {"do_sample": False} if greedy or config.temperature == 0 else {
-            "do_sample": True, "temperature": config.temperature, "top_p": config.top_p, "top_k": 0}
-        with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=config.max_new_tokens,
-                                 pad_token_id=pad, eos_token_id=tokenizer.eos_token_id, **sampling, **kwargs)
-        result = []
-        for row in out[:, ids.shape[1]:].tolist():
-            if tokenizer.eos_token_id in row:
-                row = row[: row.index(tokenizer.eos_token_id) + 1]
-            result.append(row)
-        return result
-
-    return generate
-
-
-def _fold_lm_head_input(model) -> None:
-    """Hand the LM head a contiguous input (once per model; a no-op where it already is).
-
-    Why: ``generate``'s prefill keeps the last position only (``hidden[:, -1:, :]``, a strided view), and torch's
-    matmul does not fold a strided 3-D input into one GEMM: it expands the head's weight per row and runs a batched
-    GEMM — at an eval batch of 48 a 2.7 GB copy of the bf16 head, 4.2 s of a 13 s ``generate`` call (profiled),
-    against 9 ms for the folded product. Logits may differ in the last bit (another GEMM order); on 200 greedy
-    ``lookup`` episodes none changed (``benchmarks/eval_throughput.py``)."""
-    head = model.get_output_embeddings()
-    if head is not None and getattr(head, "_agentlab_folds", None) is None:  # the hook's handle, kept to undo it
-        head._agentlab_folds = head.register_forward_pre_hook(lambda module, args: (args[0].contiguous(), *args[1:]))
 
 
 @dataclass
@@ -297,7 +210,7 @@ def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples:
                  config: LoopConfig = LoopConfig(), greedy: bool = False, seed: int = 0,
                  generate_fn: GenerateFn | None = None, env_factory: Callable[[], ToolEnv] | None = None,
                  reward_fn=None, out: IO[str] | None = None, progress: bool = True, step: int | None = None,
-                 model_id: str = "", config_id: str = "", observe=None) -> list[Episode]:
+                 model_id: str = "", config_id: str = "", observe=None, group_offset: int = 0) -> list[Episode]:
     """Run ``samples`` episodes per task, decoding live episodes in batches; return them in (task, sample) order.
 
     ``generate_fn`` replaces the model (scripted tests, other backends). ``env_factory`` replaces
@@ -305,16 +218,16 @@ def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples:
     ``out``: a text file; each finished episode is appended as one JSON line and flushed.
     ``observe(ep, call, result) -> text``: what the model sees instead of a tool's raw result (training-time
     hints, ``agentlab.hints``); the raw result stays in the episode record, the addition under ``"hint"``.
+    ``group_offset``: the first task's group number (several training processes number their groups across the
+    run, so that ``(step, group)`` names one group, for the records and for ``observe`` alike).
     """
     from agentlab.evals import write_episode
-    from agentlab.llamacpp import generate_fn as llamacpp_generate_fn
 
     reward_fn = reward_fn or spec.default_reward
     renderer = Renderer(tokenizer, spec.env_class)
-    make = llamacpp_generate_fn if config.backend == "llama_cpp" else hf_generate_fn
-    generate = generate_fn or make(model, tokenizer, config, greedy, seed)
+    generate = generate_fn or make(config.backend, model, tokenizer, config, greedy, seed)
     make_env = env_factory or spec.make_env
-    todo = [(g, s, task) for g, task in enumerate(tasks) for s in range(samples)]
+    todo = [(g, s, task) for g, task in enumerate(tasks, start=group_offset) for s in range(samples)]
     done: dict[tuple[int, int], Episode] = {}
     bar = _progress(len(todo), progress, f"{spec.name} episodes")
     pending = list(todo)
@@ -369,32 +282,3 @@ def _progress(total: int, enabled: bool, desc: str):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=desc, disable=not enabled, leave=False)
-
-
-def scripted_generate_fn(renderer: Renderer, tasks: list[Task], policy) -> GenerateFn:
-    """A generate function that 'generates' a scripted policy's calls as tokens (tests, demonstrations).
-
-    Stateless: each sequence is matched to its task by its prompt prefix, and the policy is replayed from the
-    start with every tool result found in the sequence so far, so any number of samples per task works.
-    """
-    prompts = {tuple(renderer.prompt_ids(t)): t for t in tasks}
-
-    def generate(seqs: list[list[int]]) -> list[list[int]]:
-        out = []
-        for seq in seqs:
-            key = next(p for p in prompts if tuple(seq[: len(p)]) == p)
-            task = prompts[key]
-            results = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", renderer.tok.decode(seq[len(key):]),
-                                 flags=re.DOTALL)
-            gen = policy(task)
-            try:
-                call = next(gen)
-                for result in results:
-                    call = gen.send(result)
-            except StopIteration:
-                out.append([renderer.tok.eos_token_id])
-                continue
-            out.append(renderer.assistant_ids(call, task))
-        return out
-
-    return generate

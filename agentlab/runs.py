@@ -95,7 +95,8 @@ class RunDir:
     def prepare(self, config, overwrite: bool = False, defaults: dict | None = None, write: bool = True) -> None:
         """Create the folder and write ``config.json``; refuse a finished run, or a different config, unless
         ``overwrite``. ``defaults``: a field added to the config since the run started, at its default value,
-        does not count as a change (old runs stay resumable). ``write=False``: check only (the processes of a
+        does not count as a change (old runs stay resumable); nor does a path recorded absolute before paths were
+        stored relative (:meth:`rel`) that names the same place. ``write=False``: check only (the processes of a
         multi-process run that do not write; the main one, writing the same config, cannot change the verdict)."""
         if hasattr(config, "to_config"):
             cfg = config.to_config()
@@ -119,6 +120,8 @@ class RunDir:
             new = json.loads(json.dumps(cfg))
             old.update({k: v for k, v in new.items() if k not in old and k in (defaults or {})
                         and json.loads(json.dumps(defaults[k])) == v})
+            old.update({k: v for k, v in new.items() if isinstance(v, str) and isinstance(old.get(k), str)
+                        and Path(old[k]).is_absolute() and Path(old[k]) == self.resolve(v).resolve()})
             if old != new:
                 changed = sorted(k for k in set(old) | set(cfg) if old.get(k) != cfg.get(k))
                 raise RunExistsError(f"run {self.path} exists with a different config ({', '.join(changed)}); "
@@ -158,6 +161,17 @@ class RunDir:
         path.parent.mkdir(parents=True, exist_ok=True)
         _atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
         return path
+
+    def rel(self, path: str | Path) -> str:
+        """``path`` as a run record stores it: relative to this run folder (``..`` where it lies outside), so that
+        a moved, copied or shared folder still points at its own files; :meth:`resolve` reads it back."""
+        return Path(os.path.relpath(Path(path).absolute(), self.path.absolute())).as_posix()
+
+    def resolve(self, stored: str | Path) -> Path:
+        """A path read from this run's records: a relative one lies under this run folder; an absolute one (records
+        written before paths were stored relative) is used as it is."""
+        p = Path(stored)
+        return p if p.is_absolute() else self.path / p
 
     def read_json(self, relative: str) -> dict | None:
         path = self.path / relative

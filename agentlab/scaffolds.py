@@ -21,14 +21,22 @@ from agentlab.types import Episode
 Verifier = Callable[[Episode], bool]
 
 
-def grounded(ep: Episode) -> bool:
-    """The episode submitted something, and every submitted value occurs in one of its own tool results.
+def grounded(ep: Episode, final_tool: str | None = None) -> bool:
+    """The episode submitted something, and every submitted value occurs in a result of one of its own look-up
+    calls: the final tool's results (``recommend`` and ``return_answer`` echo the submitted id back) and error
+    messages (a failed read names what it was asked for) do not count as seen, or every answer would be grounded.
 
-    Meant for single-value answers (lookup, product_finder); a set-valued environment whose tools echo the ids
-    (doc_search's ``curate``) needs its own verifier.
+    ``final_tool``: the tool that submits the answer; default: the episode's environment's (``EnvSpec``).
+    Meant for single-value answers (lookup, product_finder, code_search); a set-valued environment whose look-up
+    tools echo the ids (doc_search's ``curate``) needs its own verifier.
     """
+    if final_tool is None:
+        from agentlab.envs import load
+
+        final_tool = load(ep.task.env).env_class.final_tool
     answers = [str(a).strip().lower() for a in ep.outcome.final if str(a).strip()]
-    seen = "\n".join(str(c.get("result", "")) for t in ep.turns for c in t.tool_calls).lower()
+    seen = "\n".join(str(c.get("result", "")) for t in ep.turns for c in t.tool_calls
+                     if c.get("name") != final_tool and not c.get("error")).lower()
     return bool(answers) and all(a in seen for a in answers)
 
 

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from agentlab.experiment import _bf16, _cuda, _threads, lora_config
+from agentlab.runs import RunDir
 from agentlab.trl_compat import scored_positions_only
 
 
@@ -97,5 +98,6 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
     (out_dir / "sft_summary.json").write_text(json.dumps(
         {"steps": trainer.state.global_step, "demos": len(demos), "seconds": time.time() - t0,
          "loss_first": losses[0], "loss_last": losses[-1], "losses": losses, "settings": asdict(settings),
-         "init_adapter": str(init_adapter) if init_adapter else None, "saved_steps": saved}, indent=2))
+         "init_adapter": RunDir(out_dir).rel(init_adapter) if init_adapter else None,  # relative: folders move
+         "saved_steps": saved}, indent=2))
     return adapter

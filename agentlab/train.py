@@ -83,9 +83,10 @@ def nonfinite_guard(stats: _StepStats, limit: int):
 
 
 def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: RunDir, stats: _StepStats,
-                      reward_fn=None):
+                      reward_fn=None, engine=None):
     """A TRL ``rollout_func`` that runs our agent loop for the batch's prompts (G consecutive copies each), scoring
-    each episode with ``reward_fn`` (default: the experiment's reward)."""
+    each episode with ``reward_fn`` (default: the experiment's reward). ``engine(model, tok, config, greedy, seed)``
+    makes the ``GenerateFn`` (default: the experiment's ``rollout_backend``; vLLM when TRL runs it)."""
     reward_fn = reward_fn or exp.reward_fn()
     by_question = {t.question: t for t in tasks}
     config = exp.loop()
@@ -103,7 +104,12 @@ def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: 
         model.eval()
         step = trainer.state.global_step + 1
         t0 = time.perf_counter()
-        generate_fn = None
+        # Several processes (torchrun / accelerate launch): each runs its own whole groups; group indices are
+        # numbered across processes from the start, so that (step, group) names one group of the run in the records
+        # and in the hint schedule alike.
+        rank = trainer.accelerator.process_index
+        seed = exp.seed * 100_003 + step + 1_000_003 * rank
+        generate_fn = engine(model, tokenizer, config, False, seed) if engine else None
         if getattr(trainer, "use_vllm", False):  # GPU: TRL's vLLM engine, weights synced by TRL before this call
             from agentlab.trl_compat import vllm_generate_fn
 
@@ -114,16 +120,11 @@ def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: 
 
             observe = observer(spec.name, spec.env_class.final_tool,
                                HintSchedule(p=exp.hint_p, switch=exp.hint_switch, seed=exp.seed), step, exp.steps)
-        # Several processes (torchrun / accelerate launch): each runs its own whole groups; group indices are
-        # numbered across processes so that (step, group) names one group of the run.
-        rank = trainer.accelerator.process_index
         with torch.no_grad():
             episodes = run_episodes(model, tokenizer, spec, [by_question[q] for q in unique], samples=samples,
-                                    config=config, seed=exp.seed * 100_003 + step + 1_000_003 * rank, progress=False,
+                                    config=config, seed=seed, progress=False,
                                     step=step, model_id=exp.model, config_id=exp.name, generate_fn=generate_fn,
-                                    observe=observe, reward_fn=reward_fn)
-        for ep in episodes:
-            ep.group += rank * len(unique)
+                                    observe=observe, reward_fn=reward_fn, group_offset=rank * len(unique))
         stats.generate_s = time.perf_counter() - t0
         if was_training:
             model.train()
@@ -190,8 +191,11 @@ def step_metrics(episodes: list[Episode], group_size: int, spec=None) -> dict:
 
 def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], init_adapter: str | Path | None = None,
              run: RunDir | None = None, overwrite: bool = False, backend: str = "hf", recipe: str | None = None,
-             trainer_overrides: dict | None = None) -> RunDir:
+             trainer_overrides: dict | None = None, engine=None) -> RunDir:
     """Train with GRPO; resume from the last checkpoint when the run folder has one.
+
+    ``engine(model, tok, config, greedy, seed) -> GenerateFn`` decodes the rollouts and checkpoint evals instead of
+    the experiment's ``rollout_backend`` (a scripted policy in the reliability study, another engine).
 
     GPU: ``backend="unsloth"`` loads through Unsloth (LoRA applied there); ``trainer_overrides`` takes
     ``agentlab.gpu.grpo_overrides(recipe, vllm_mode)`` (bf16, vLLM colocate/server).
@@ -215,7 +219,7 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
     # Every process checks the folder (same verdict everywhere, so none is left waiting for one that failed);
     # only the main process writes to it, here and below.
     main = is_main_process()
-    run.prepare({**exp.to_config(), "init_adapter": str(init_adapter) if init_adapter else None},
+    run.prepare({**exp.to_config(), "init_adapter": run.rel(init_adapter) if init_adapter else None},
                 overwrite=overwrite, defaults=Experiment().to_config(), write=main)
     _threads()
     checkpoints = [] if overwrite else run.checkpoints()  # (the main process may not have emptied the folder yet)
@@ -264,7 +268,8 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
     def checkpoint_eval(step: int) -> None:
         """The main process evaluates (one writer); the others wait for it before the next step."""
         if trainer.accelerator.is_main_process:
-            evaluate_policy(trainer.accelerator.unwrap_model(trainer.model), tok, spec, eval_tasks, exp, run, step)
+            evaluate_policy(trainer.accelerator.unwrap_model(trainer.model), tok, spec, eval_tasks, exp, run, step,
+                            engine)
         trainer.accelerator.wait_for_everyone()
 
     trainer = Trainer(
@@ -272,7 +277,7 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
         args=grpo_config(exp, run.path / "checkpoints", **(trainer_overrides or {})),
         train_dataset=Dataset.from_list(rows), processing_class=tok,
         peft_config=None if (init_adapter or backend == "unsloth") else lora_config(exp.lora_r),
-        rollout_func=make_rollout_func(spec, tok, train_tasks, exp, run, stats, reward_fn), callbacks=[Recorder(), nonfinite_guard(stats, exp.max_nonfinite)])
+        rollout_func=make_rollout_func(spec, tok, train_tasks, exp, run, stats, reward_fn, engine), callbacks=[Recorder(), nonfinite_guard(stats, exp.max_nonfinite)])
     if not resume:
         checkpoint_eval(0)
     trainer.train(resume_from_checkpoint=resume)
@@ -283,7 +288,7 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
             f"rate or check the reward, then resume from the last checkpoint")
     if trainer.accelerator.is_main_process:
         trainer.accelerator.unwrap_model(trainer.model).save_pretrained(run.path / "adapter")
-        run.mark_finished({"steps": exp.steps, "adapter": str(run.path / "adapter")})
+        run.mark_finished({"steps": exp.steps, "adapter": run.rel(run.path / "adapter")})
     trainer.accelerator.wait_for_everyone()
     return run
 
@@ -297,17 +302,20 @@ def _tracking_env(report_to: tuple[str, ...]) -> None:
         os.environ.setdefault("WANDB_MODE", "offline")
 
 
-def evaluate_policy(model, tok, spec, tasks: list[Task], exp: Experiment, run: RunDir, step: int) -> dict:
-    """Greedy held-out eval with the shared loop; writes ``evals/step-N.json`` (+ rollouts). Skips if present."""
+def evaluate_policy(model, tok, spec, tasks: list[Task], exp: Experiment, run: RunDir, step: int,
+                    engine=None) -> dict:
+    """Greedy held-out eval with the shared loop; writes ``evals/step-N.json`` (+ rollouts). Skips if present.
+    ``engine``: as in :func:`run_grpo`."""
     from agentlab.evals import summarize
     from agentlab.pipeline import evaluate_model
 
     name = f"evals/step-{step:04d}.json"
     if (existing := run.read_json(name)) is not None:
         return existing
+    loop = replace(exp.loop(), temperature=0, batch_size=EVAL_BATCH)
     episodes = evaluate_model(model, tok, spec, tasks[: exp.eval_tasks], run.path / f"evals/step-{step:04d}.rollouts.jsonl",
-                              replace(exp.loop(), temperature=0, batch_size=EVAL_BATCH), greedy=True, step=step, model_id=exp.model,
-                              config_id=exp.name, reward_fn=exp.reward_fn())
+                              loop, greedy=True, step=step, model_id=exp.model, config_id=exp.name,
+                              reward_fn=exp.reward_fn(), generate_fn=engine(model, tok, loop, True, 0) if engine else None)
     summary = {"step": step, **summarize(episodes)}
     run.write_json(name, summary)
     return summary

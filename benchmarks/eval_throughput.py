@@ -11,7 +11,7 @@ turn). The two configurations alternate, round by round, in one process on one m
   strided last position and its SDPA attention, which copies the key/value heads per query head in a padded prefill
   (what ``agentlab`` decoded with before round 2);
 - ``agentlab``: the preallocated cache (``trl_compat.decode_cache``), the folded LM head
-  (``rollout._fold_lm_head_input``) and the padded prefill on the key/value heads (``trl_compat.gqa_prefill``).
+  (``engines.torch._fold_lm_head_input``) and the padded prefill on the key/value heads (``trl_compat.gqa_prefill``).
 
 - ``llama_cpp_fresh``: ``llama_cpp`` with every row's stream started afresh each call (a copy of the shared
   prefix, then the whole rest of the conversation encoded), as before a row's stream kept its earlier turns
@@ -45,9 +45,10 @@ TARGETS = {"lookup": 60, "product_finder": 120}
 @contextmanager
 def reference_decoding():
     """Decode with transformers' own path (see the module docstring) while the block runs."""
-    from agentlab import rollout, trl_compat
+    from agentlab import trl_compat
+    from agentlab.engines import torch as hf_engine
 
-    saved = rollout.decode_cache, rollout._fold_lm_head_input, rollout.gqa_prefill
+    saved = hf_engine.decode_cache, hf_engine._fold_lm_head_input, hf_engine.gqa_prefill
 
     def unfold(model):
         head = model.get_output_embeddings()
@@ -60,13 +61,13 @@ def reference_decoding():
             model.set_attn_implementation("sdpa")
         return False
 
-    rollout.decode_cache = lambda prefix, rows, capacity: None
-    rollout._fold_lm_head_input = unfold
-    rollout.gqa_prefill = stock_attention
+    hf_engine.decode_cache = lambda prefix, rows, capacity: None
+    hf_engine._fold_lm_head_input = unfold
+    hf_engine.gqa_prefill = stock_attention
     try:
         yield
     finally:
-        rollout.decode_cache, rollout._fold_lm_head_input, rollout.gqa_prefill = saved
+        hf_engine.decode_cache, hf_engine._fold_lm_head_input, hf_engine.gqa_prefill = saved
 
 
 @contextmanager

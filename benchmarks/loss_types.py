@@ -32,9 +32,6 @@ from common import RESULTS, write_result
 
 from agentlab.experiment import LOSS_TYPES
 
-# TRL's own rule: luspo is defined on sequence-level importance ratios.
-OVERRIDES = {"luspo": {"importance_sampling_level": "sequence"}}
-
 
 def main(argv=None) -> dict:
     from agentlab.evals import paired_bootstrap_ci, read_rollouts, success_entry
@@ -86,8 +83,7 @@ def main(argv=None) -> dict:
                          temperature=1.0, steps=steps, eval_every=steps, eval_tasks=2,
                          max_new_tokens=8 if args.smoke else 48, seed=args.seed)
         if not run.finished:
-            run_grpo(exp, train, validation[:2], init_adapter=adapter, run=run,
-                     trainer_overrides=OVERRIDES.get(loss_type))
+            run_grpo(exp, train, validation[:2], init_adapter=adapter, run=run)  # luspo: experiment.LOSS_RULES
         seconds = sum(m.get("time_step_s") or 0.0 for m in run.metrics())
         summary, episodes[loss_type] = validate(loss_type, run.path / "adapter")
         metrics = run.metrics()

@@ -33,9 +33,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 def scripted_batch(rows: int, env: str = "product_finder") -> list[dict]:
     """``rows`` episodes' token layouts (``prompt_ids``, ``completion_ids``, ``mask``) from scripted policies."""
+    from agentlab.engines.scripted import scripted_generate_fn
     from agentlab.envs import load
     from agentlab.models import DEFAULT_MODEL, load_policy
-    from agentlab.rollout import Renderer, run_episodes, scripted_generate_fn
+    from agentlab.rollout import Renderer, run_episodes
 
     spec = load(env)
     _, tok = load_policy(DEFAULT_MODEL)

@@ -37,8 +37,9 @@ def scripted_batch():
     def make(tok, tasks):
         import torch
 
+        from agentlab.engines.scripted import scripted_generate_fn
         from agentlab.envs import load
-        from agentlab.rollout import Renderer, run_episodes, scripted_generate_fn
+        from agentlab.rollout import Renderer, run_episodes
 
         spec = load("lookup")
         renderer = Renderer(tok, spec.env_class)

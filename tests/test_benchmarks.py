@@ -99,7 +99,8 @@ def test_the_eval_benchmark_reference_turns_the_decoding_levers_off_for_its_bloc
 
     from eval_throughput import reference_decoding
 
-    from agentlab import rollout, trl_compat
+    from agentlab import trl_compat
+    from agentlab.engines import torch as hf_engine
     from agentlab.envs import load
     from agentlab.rollout import LoopConfig, Renderer
 
@@ -109,13 +110,13 @@ def test_the_eval_benchmark_reference_turns_the_decoding_levers_off_for_its_bloc
     seqs = [Renderer(tok, spec.env_class).prompt_ids(t) for t in spec.make_tasks("test", 3, seed=1)]
     seqs[0] = seqs[0] + seqs[0][-3:]
     cfg = LoopConfig(max_new_tokens=3, temperature=0, precision="fp32")
-    before = rollout.decode_cache, rollout._fold_lm_head_input, rollout.gqa_prefill
+    before = hf_engine.decode_cache, hf_engine._fold_lm_head_input, hf_engine.gqa_prefill
     with reference_decoding():
-        reference = rollout.hf_generate_fn(model, tok, cfg, greedy=True, seed=0)(seqs)
-        assert rollout.decode_cache(None, 2, 8) is None
+        reference = hf_engine.hf_generate_fn(model, tok, cfg, greedy=True, seed=0)(seqs)
+        assert hf_engine.decode_cache(None, 2, 8) is None
         assert getattr(model.get_output_embeddings(), "_agentlab_folds", None) is None
         assert model.config._attn_implementation == "sdpa"
-    assert (rollout.decode_cache, rollout._fold_lm_head_input, rollout.gqa_prefill) == before
-    assert rollout.hf_generate_fn(model, tok, cfg, greedy=True, seed=0)(seqs) == reference
+    assert (hf_engine.decode_cache, hf_engine._fold_lm_head_input, hf_engine.gqa_prefill) == before
+    assert hf_engine.hf_generate_fn(model, tok, cfg, greedy=True, seed=0)(seqs) == reference
     assert model.get_output_embeddings()._agentlab_folds is not None
     assert model.config._attn_implementation == trl_compat.GQA_PREFILL

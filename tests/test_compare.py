@@ -8,8 +8,9 @@ import sys
 import pytest
 
 from agentlab.compare import ARMS, CompareConfig, run_compare
+from agentlab.engines.scripted import scripted_generate_fn
 from agentlab.envs import load
-from agentlab.rollout import Renderer, run_episodes, scripted_generate_fn
+from agentlab.rollout import Renderer, run_episodes
 from agentlab.synth import episode_sft_row, parse_regime, regime_demos
 
 
@@ -103,6 +104,17 @@ def test_every_arm_end_to_end_and_resume(tmp_path, monkeypatch):
     stamps = {p: p.stat().st_mtime_ns for p in run.rglob("adapter_model.safetensors")}
     assert json.loads(json.dumps(run_compare(cfg))) == json.loads(json.dumps(result)) == saved
     assert stamps == {p: p.stat().st_mtime_ns for p in run.rglob("adapter_model.safetensors")}
+    # our records name paths relative to their run folder: no record holds this machine's path, and the folder,
+    # moved elsewhere, resumes as it is (every adapter its choices name is found, nothing is redone)
+    ours = [p for p in run.rglob("*") if p.is_file() and (p.suffix in (".json", ".jsonl") or p.name == "DONE")
+            and not {"checkpoints", "trainer"} & set(p.parts) and p.name != "adapter_config.json"]
+    assert len(ours) > 20 and [p for p in ours if str(tmp_path) in p.read_text()] == []
+    (tmp_path / "moved").mkdir()
+    moved = run.rename(tmp_path / "moved" / "cmp")
+    monkeypatch.setenv("AGENTLAB_RUNS", str(tmp_path / "moved"))
+    assert json.loads(json.dumps(run_compare(cfg))) == saved
+    assert stamps == {run / p.relative_to(moved): p.stat().st_mtime_ns
+                      for p in moved.rglob("adapter_model.safetensors")}
 
 
 def test_cli_refuses_bad_arms_in_one_line(tmp_path):

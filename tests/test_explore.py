@@ -3,8 +3,9 @@
 import functools
 from dataclasses import replace
 
+from agentlab.engines.scripted import scripted_generate_fn
 from agentlab.envs import load
-from agentlab.rollout import Renderer, run_episodes, scripted_generate_fn
+from agentlab.rollout import Renderer, run_episodes
 
 SPEC = load("lookup")
 

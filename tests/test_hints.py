@@ -2,8 +2,9 @@
 
 import pytest
 
+from agentlab.engines.scripted import scripted_generate_fn
 from agentlab.envs import load
-from agentlab.rollout import Renderer, run_episodes, scripted_generate_fn
+from agentlab.rollout import Renderer, run_episodes
 
 SPEC = load("lookup")
 
@@ -48,3 +49,55 @@ def test_experiment_rejects_bad_hint_settings():
 
     with pytest.raises(ValueError, match="hint_p"):
         Experiment(hint_p=2.0)
+
+
+def test_a_second_process_hints_its_groups_by_their_run_wide_numbers(tiny, tmp_path):
+    """With several processes, process r numbers its groups from r x (its groups a step): the hint schedule must
+    read those run-wide numbers, or every process hints the same local groups and the recorded (step, group) pairs
+    no longer match the schedule."""
+    from types import SimpleNamespace
+
+    from agentlab.hints import HintSchedule
+    from agentlab.runs import RunDir
+    from agentlab.train import Experiment, _StepStats, make_rollout_func
+
+    model, tok = tiny
+    tasks = SPEC.make_tasks("train", 2, seed=0)
+    exp = Experiment(env="lookup", model="tiny-random", hint_p=0.5, groups_per_step=2, group_size=2, steps=10)
+    schedule = HintSchedule(p=exp.hint_p, switch=exp.hint_switch, seed=exp.seed)
+    step = next(st for st in range(1, 100)  # a step where process 1's groups (2, 3) are hinted unlike groups 0, 1
+                if [schedule.enriched(st, g) for g in (0, 1)] != [schedule.enriched(st, g) for g in (2, 3)])
+    renderer = Renderer(tok, SPEC.env_class)
+    stats = _StepStats()
+    rollout = make_rollout_func(SPEC, tok, tasks, exp, RunDir(tmp_path), stats,
+                                engine=lambda *_: scripted_generate_fn(renderer, tasks, SPEC.expert))
+    second = SimpleNamespace(process_index=1, is_main_process=True, unwrap_model=lambda m: m)
+    rollout([renderer.messages(t) for t in tasks for _ in range(2)],
+            SimpleNamespace(state=SimpleNamespace(global_step=step - 1), accelerator=second, model=model))
+    assert sorted({ep.group for ep in stats.episodes}) == [2, 3]
+    for ep in stats.episodes:
+        assert bool(ep.turns[0].tool_calls[0].get("hint")) == schedule.enriched(step, ep.group), ep.group
+
+
+@pytest.mark.parametrize("env", ["lookup", "product_finder", "code_search", "doc_search"])
+def test_state_hints_say_what_the_task_needs_on_every_shipped_environment(env):
+    """An enriched state observation says what the plain result does not: the same result gets another hint under
+    another task (the old generic one, "[state: last tool X; N characters returned]", was the same for every task
+    and taught nothing)."""
+    from agentlab.types import run_policy
+
+    spec = load(env)
+    task, other = spec.make_tasks("train", 2, seed=0)
+    _, history = run_policy(spec, task, spec.expert)
+    states = [(spec.hint("state", task, c, r), spec.hint("state", other, c, r)) for c, r in history]
+    assert spec.hint("guidance", task, *history[0]) and any(mine for mine, _ in states)
+    assert any(mine != theirs for mine, theirs in states if mine), states
+
+
+def test_an_environment_without_its_own_hint_gets_guidance_but_no_empty_state():
+    from agentlab.hints import _generic
+    from agentlab.types import ToolCall
+
+    task = SPEC.make_tasks("train", 1, seed=0)[0]
+    assert "answer" in _generic("guidance", task, ToolCall("search", {}), "result", "answer")
+    assert _generic("state", task, ToolCall("search", {}), "result", "answer") == ""

@@ -95,7 +95,8 @@ def _prompts(tok, n):
 
 
 def _torch_greedy(model, tok, seqs, max_new):
-    from agentlab.rollout import LoopConfig, hf_generate_fn
+    from agentlab.engines.torch import hf_generate_fn
+    from agentlab.rollout import LoopConfig
 
     cfg = LoopConfig(max_new_tokens=max_new, temperature=0, batch_size=len(seqs))
     return hf_generate_fn(model, tok, cfg, greedy=True, seed=0)(seqs)
@@ -134,7 +135,24 @@ def test_engine_logits_and_greedy_tokens_agree_with_torch(smollm2, bf16_copy, tm
         return
     mine = engine.generate(seqs, 24, tok.eos_token_id, llamacpp.sampler(True, 0, 1, None))
     theirs = _torch_greedy(model, tok, seqs, 24)
-    assert sum(x == y for x, y in zip(mine, theirs)) >= 3, (mine, theirs)  # the near-tie row may go its own way
+    # Greedy texts may part (how many do depends on the CPU: 4 of 4 rows agreed on an AVX2-only EPYC, 1 of 4 on an
+    # AMX Xeon and on an AVX-512 EPYC); where one does, it must be at a near-tie. At the first token that differs,
+    # the two engines' logits for the shared text agree within float noise (the f16 KV cache's error grows along
+    # the text: 0.04-0.08 measured at positions 0-13 on the AVX-512 EPYC, against several units for a wrong
+    # engine), and torch ranks llama.cpp's pick within twice that gap of its own best — what any two argmaxes of
+    # logits that close can do. A wrong engine (export, RoPE layout, a row's stream) parts where torch is sure.
+    margins = []
+    for seq, a, b in zip(seqs, mine, theirs, strict=True):
+        k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+        if k is None:
+            assert a == b, (a, b)
+            continue
+        shared = seq + a[:k]
+        with torch.no_grad():
+            ref_k = model(input_ids=torch.tensor([shared])).logits[0, -1].float().numpy()
+        ours_k = _first_logits(engine, [shared], tok.eos_token_id)[0]
+        margins.append((k, float(ref_k.max() - ref_k[a[k]]), float(np.abs(ours_k - ref_k).max())))
+    assert all(gap_k < 0.2 and margin <= 2 * gap_k for _, margin, gap_k in margins), margins
     engine.close()
 
 

@@ -73,10 +73,11 @@ def test_unknown_loss_or_scaling_is_refused():
 
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_loss_choice_reaches_trl(loss_type, tmp_path):
-    # luspo needs sequence-level importance sampling in TRL: the experiment does not hide TRL's own rule
-    extra = {"importance_sampling_level": "sequence"} if loss_type == "luspo" else {}
-    cfg = grpo_config(Experiment(loss_type=loss_type, scale_rewards="none"), tmp_path, **extra)
+    """Every loss type trains as TRL defines it from the experiment alone (luspo: sequence-level importance
+    ratios, which `--loss-type luspo` used to leave at TRL's token-level default)."""
+    cfg = grpo_config(Experiment(loss_type=loss_type, scale_rewards="none"), tmp_path)
     assert (cfg.loss_type, cfg.scale_rewards) == (loss_type, "none")
+    assert cfg.importance_sampling_level == ("sequence" if loss_type in ("luspo",) else "token")
 
 
 def test_reward_is_recorded_as_configuration_and_a_changed_reward_refuses_to_resume(tmp_path):
@@ -175,8 +176,9 @@ def judge_server():
 
 
 def test_judge_reward_is_retried_then_infra_never_a_zero_for_the_policy(tiny, judge_server):
+    from agentlab.engines.scripted import scripted_generate_fn
     from agentlab.judge import Judge
-    from agentlab.rollout import LoopConfig, Renderer, run_episodes, scripted_generate_fn
+    from agentlab.rollout import LoopConfig, Renderer, run_episodes
     from agentlab.train import step_metrics, trainer_rewards
 
     url, state = judge_server

@@ -253,9 +253,9 @@ def test_default_reward_resists_probes_on_other_envs(env_name):
     report = probe_report(default_reward(env_name), env_name, honest)
     assert report["flagged"] == [], report
     if env_name == "code_search":
-        # Why its default has a precision term: success accepts a superset, so listing every hit pays in full.
+        # Success is the exact set: even success alone does not pay for submitting every id seen.
         plain = probe_report(compose(success=1.0, format=0.1), env_name, honest)
-        assert "curate_everything_seen" in plain["flagged"]
+        assert "curate_everything_seen" not in plain["flagged"], plain
 
 
 def test_turns_from_messages_marks_off_form():

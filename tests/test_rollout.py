@@ -5,9 +5,10 @@ import json
 
 import pytest
 
+from agentlab.engines.scripted import scripted_generate_fn
 from agentlab.envs import load
 from agentlab.envs.lookup import LookupEnv
-from agentlab.rollout import LoopConfig, Renderer, run_episodes, scripted_generate_fn
+from agentlab.rollout import LoopConfig, Renderer, run_episodes
 from agentlab.types import Episode, InfraError, ToolCall
 
 SPEC = load("lookup")
@@ -134,7 +135,8 @@ def _contextual(tiny):
 def test_preallocated_decode_cache_changes_no_token(tiny, monkeypatch, temperature):
     """Decoding into buffers written in place (``trl_compat.decode_cache``) gives exactly the tokens of
     transformers' own growing cache, greedy and sampled from one seed, within its capacity and past it (growth)."""
-    from agentlab import rollout, trl_compat
+    from agentlab import trl_compat
+    from agentlab.engines import torch as hf_engine
 
     model, tok = _contextual(tiny)
     renderer = Renderer(tok, SPEC.env_class)
@@ -143,12 +145,12 @@ def test_preallocated_decode_cache_changes_no_token(tiny, monkeypatch, temperatu
     cfg = LoopConfig(max_new_tokens=8, temperature=temperature, precision="fp32")
 
     def tokens():
-        return rollout.hf_generate_fn(model, tok, cfg, greedy=temperature == 0, seed=3)(seqs)
+        return hf_engine.hf_generate_fn(model, tok, cfg, greedy=temperature == 0, seed=3)(seqs)
 
     preallocated = tokens()
-    monkeypatch.setattr(rollout, "decode_cache", lambda prefix, rows, capacity: None)  # generate's own cache
+    monkeypatch.setattr(hf_engine, "decode_cache", lambda prefix, rows, capacity: None)  # generate's own cache
     growing = tokens()
-    monkeypatch.setattr(rollout, "decode_cache",
+    monkeypatch.setattr(hf_engine, "decode_cache",
                         lambda prefix, rows, capacity: trl_compat.decode_cache(prefix, rows, capacity - 6))
     outgrown = tokens()
     assert preallocated == growing == outgrown
@@ -161,7 +163,8 @@ def test_padded_prefill_on_the_key_value_heads_changes_no_bit(tiny, monkeypatch,
     bit for bit as transformers' SDPA path, and the same generated tokens; it is taken, and only without grad."""
     import torch
 
-    from agentlab import rollout, trl_compat
+    from agentlab import trl_compat
+    from agentlab.engines import torch as hf_engine
 
     model, tok = _contextual(tiny)  # a copy of its own
     model = model.to(getattr(torch, dtype))
@@ -178,17 +181,17 @@ def test_padded_prefill_on_the_key_value_heads_changes_no_bit(tiny, monkeypatch,
     def run():
         with torch.no_grad():
             logits = model(input_ids=ids, attention_mask=mask).logits
-        return logits, rollout.hf_generate_fn(model, tok, cfg, greedy=True, seed=0)(seqs)
+        return logits, hf_engine.hf_generate_fn(model, tok, cfg, greedy=True, seed=0)(seqs)
 
     calls = []  # (a padded prefill?, enable_gqa?) per attention call; decode steps pack query heads per key/value head
     original, heads = torch.nn.functional.scaled_dot_product_attention, model.config.num_attention_heads
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", lambda q, *a, **kw: calls.append(
         (kw.get("attn_mask") is not None and q.shape[1] == heads and q.shape[2] > 1, kw.get("enable_gqa", False)))
         or original(q, *a, **kw))
-    monkeypatch.setattr(rollout, "gqa_prefill", lambda m: False)
+    monkeypatch.setattr(hf_engine, "gqa_prefill", lambda m: False)
     stock_logits, stock_tokens = run()
     assert model.config._attn_implementation == "sdpa" and (True, False) in calls and (True, True) not in calls
-    monkeypatch.setattr(rollout, "gqa_prefill", trl_compat.gqa_prefill)
+    monkeypatch.setattr(hf_engine, "gqa_prefill", trl_compat.gqa_prefill)
     calls.clear()
     assert trl_compat.gqa_prefill(model) and trl_compat.gqa_prefill(model)  # applied once, idempotent
     ours_logits, ours_tokens = run()
@@ -205,7 +208,7 @@ def test_the_lm_head_gets_a_contiguous_input_in_generation(tiny):
     torch copies the head's weight once per row (seconds at an eval batch of 48, see ``_fold_lm_head_input``)."""
     import torch
 
-    from agentlab.rollout import _fold_lm_head_input
+    from agentlab.engines.torch import _fold_lm_head_input
 
     model, _ = _contextual(tiny)
     seen = []
@@ -221,7 +224,7 @@ def test_the_lm_head_gets_a_contiguous_input_in_generation(tiny):
 def test_prefix_cached_generation_matches_uncached_token_for_token(tiny):
     """The shared-prefix cache changes no generated token (fp32, greedy), on a first turn and on a later turn
     whose rows carry tool results of different lengths."""
-    from agentlab.rollout import hf_generate_fn
+    from agentlab.engines.torch import hf_generate_fn
 
     model, tok = _contextual(tiny)
     renderer = Renderer(tok, SPEC.env_class)

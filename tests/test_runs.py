@@ -1,6 +1,7 @@
 """Run folders: one JSONL rule, config refusal, atomic JSON, checkpoints in order."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -45,3 +46,18 @@ def test_finished_and_changed_runs_are_refused_and_json_is_whole(tmp_path):
     with pytest.raises(RunExistsError, match="is finished"):
         run.prepare({"lr": 1.0})
     assert json.loads(run.done_file.read_text()) == {"steps": 1}
+
+
+def test_recorded_paths_are_relative_to_the_run_and_resolve_after_a_move(tmp_path):
+    run = RunDir(tmp_path / "a" / "run")
+    assert run.rel(run.path / "sft" / "adapter") == "sft/adapter"
+    assert run.rel(tmp_path / "a" / "other" / "adapter") == "../other/adapter"
+    assert run.resolve("sft/adapter") == run.path / "sft" / "adapter"
+    assert run.resolve("/elsewhere/adapter") == Path("/elsewhere/adapter")  # a record from before: as it is
+    moved = RunDir(tmp_path / "b" / "run")
+    assert moved.resolve(run.rel(run.path / "x")) == moved.path / "x"
+    # a config that recorded an absolute path still resumes under the same path given relative
+    run.prepare({"init_adapter": str(tmp_path / "a" / "other" / "adapter"), "lr": 1})
+    run.prepare({"init_adapter": "../other/adapter", "lr": 1})
+    with pytest.raises(RunExistsError, match="init_adapter"):
+        run.prepare({"init_adapter": "../third/adapter", "lr": 1})

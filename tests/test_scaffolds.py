@@ -2,8 +2,9 @@
 
 from dataclasses import replace
 
+from agentlab.engines.scripted import scripted_generate_fn
 from agentlab.envs import load
-from agentlab.rollout import Renderer, scripted_generate_fn
+from agentlab.rollout import Renderer
 from agentlab.types import Episode, Outcome, ToolCall, Turn
 
 SPEC = load("lookup")
@@ -21,6 +22,32 @@ def test_grounded_verifier_accepts_only_values_seen_in_tool_results():
     assert grounded(scripted_episode(SPEC, task, SPEC.expert))
     assert not grounded(scripted_episode(SPEC, task, _wrong))
     assert not grounded(Episode(task=task, turns=[Turn("")], outcome=Outcome(final=[])))
+
+
+def test_grounded_ignores_the_final_tools_echo_and_error_messages():
+    """``recommend`` and ``return_answer`` echo the submitted id in their result, and a failed read names what
+    it was asked for: counting those as seen made every answer on product_finder and code_search grounded."""
+    from agentlab.reward_design import scripted_episode
+    from agentlab.scaffolds import grounded
+
+    for env, tool, arg in (("product_finder", "recommend", "product_id"), ("code_search", "return_answer", "answer")):
+        spec = load(env)
+        task, other = spec.make_tasks("test", 2, seed=0)
+        assert grounded(scripted_episode(spec, task, spec.expert)), env
+        guess = other.answer.get("target") or other.answer["names"][0]  # a real id, never looked up here
+
+        def blind(task, tool=tool, arg=arg, guess=guess):
+            yield ToolCall(tool, {arg: guess})
+        ep = scripted_episode(spec, task, blind)
+        assert ep.outcome.final == [guess] and guess.lower() in ep.turns[-1].tool_calls[-1]["result"].lower()
+        assert not grounded(ep), env
+
+    def read_then_answer(task):  # the read fails, and its error message repeats the name
+        yield ToolCall("read_repo", {"name": "made.up.name"})
+        yield ToolCall("return_answer", {"answer": "made.up.name"})
+    spec = load("code_search")
+    ep = scripted_episode(spec, spec.make_tasks("test", 1, seed=0)[0], read_then_answer)
+    assert "made.up.name" in ep.turns[0].tool_calls[0]["result"] and not grounded(ep)
 
 
 def test_parallel_best_of_n_picks_a_verified_sample(tiny):

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from agentlab.engines.scripted import scripted_generate_fn
 from agentlab.envs import load
-from agentlab.rollout import Renderer, run_episodes, scripted_generate_fn
+from agentlab.rollout import Renderer, run_episodes
 from agentlab.runs import RunDir, RunExistsError, read_jsonl
 from agentlab.synth import expert_demos, tokenize_demos
 from agentlab.train import Experiment, grpo_config, run_grpo
@@ -256,7 +257,7 @@ def test_quickstart_smoke_end_to_end(tmp_path):
     assert matched["steps"] >= report["sft_matched"]["extra_steps"] >= 1 and matched["seconds"] >= grpo_s
     # ... from the SFT adapter chosen on validation, which the later notebooks find at sft/adapter
     sft_choice = report["choices"]["sft_best"]
-    assert matched["init_adapter"] == sft_choice["adapter"] and (report["sft"]["lr"], report["sft"]["steps"]) == \
+    assert (root / "sft_matched" / matched["init_adapter"]).resolve() == (root / sft_choice["adapter"]).resolve() and (report["sft"]["lr"], report["sft"]["steps"]) == \
         (sft_choice["lr"], sft_choice["steps"]) and (root / "sft" / "adapter" / "adapter_config.json").exists()
     assert {(t["lr"], t["steps"]) for t in report["tried"] if t["arm"] == "sft_best"} == {(1e-3, 1), (1e-3, 2)}
     # SFT saw only the regime's demonstrations: the cheap strategy's successes, a one-word search each
@@ -265,7 +266,7 @@ def test_quickstart_smoke_end_to_end(tmp_path):
         assert len(first_call["function"]["arguments"]["query"].split()) == 1
     test_ids = {json.loads(line)["id"] for line in (root / "tasks" / "test.jsonl").read_text().splitlines()}
     for stage, path in report["rollouts"].items():
-        assert {json.loads(line)["task"]["id"] for line in Path(path).read_text().splitlines()} == test_ids, stage
+        assert {json.loads(line)["task"]["id"] for line in (root / path).read_text().splitlines()} == test_ids, stage
     # checkpoint evals during training read validation tasks; the test split is only read by the final evals
     val_ids = {json.loads(line)["id"] for line in (root / "tasks" / "validation.jsonl").read_text().splitlines()}
     for path in (root / "grpo" / "evals").glob("*.rollouts.jsonl"):

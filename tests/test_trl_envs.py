@@ -8,8 +8,9 @@ real optimiser step.
 import pytest
 from datasets import Dataset
 
+from agentlab.engines.scripted import scripted_generate_fn
 from agentlab.envs import load, names
-from agentlab.rollout import Renderer, scripted_generate_fn
+from agentlab.rollout import Renderer
 
 
 @pytest.mark.parametrize("env_name", names())

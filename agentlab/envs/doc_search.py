@@ -387,6 +387,19 @@ def audit_keys(task: Task) -> dict[str, list[str]]:
     return {"line": [task.question + " => " + " ".join(ids)], "answer": ids, "query": [task.question]}
 
 
+def hint(kind: str, task: Task, call: ToolCall, result: str) -> str:
+    """Training-time feedback (``agentlab.hints``): procedural ``guidance``, or an enriched ``state`` observation
+    (which listed or curated chunks support a fact the question asks about)."""
+    ids = _ids_in(result) if call.name != "curate" else re.findall(r"[\w.]+#\d+", result.split("Skipped")[0])
+    if call.name == "finish" or not ids:
+        return ""
+    if kind == "guidance":
+        return "Hint: curate the chunk ids that state a fact the question asks about; finish once each fact has one."
+    support = {i for f in task.answer["facts"] for i in f}
+    good = [i for i in ids if i in support]
+    return f"[state: chunks here that support a fact asked about: {', '.join(good) or 'none'}]"
+
+
 # The write-up's reward: F4 of the curated set (recall counts 16x precision), and -0.2 for curating nothing, since
 # an empty set and a wrong set both score F4 = 0 and GRPO needs them told apart.
 DEFAULT_REWARD = Reward({"f4": 1.0, "empty": -0.2})
@@ -394,7 +407,7 @@ DEFAULT_REWARD = Reward({"f4": 1.0, "empty": -0.2})
 
 SPEC = EnvSpec(
     name="doc_search", env_class=DocSearchEnv, make_tasks=make_tasks, evaluate=evaluate,
-    default_reward=DEFAULT_REWARD, answer_cap=MAX_CURATED,
+    default_reward=DEFAULT_REWARD, answer_cap=MAX_CURATED, hint=hint,
     valid_rollout=lambda outcome: bool(outcome.final),  # the write-up: at least one document curated
     expert=expert, random_policy=random_policy, audit_keys=audit_keys,
     description="Curate the Python-documentation chunks that support 1-3 facts (F4 reward, after the GRPO search-agent post).",

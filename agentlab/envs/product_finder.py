@@ -292,12 +292,31 @@ def audit_keys(task: Task) -> dict[str, list[str]]:
     return {"line": [f"{task.question} => {target}"], "answer": [target], "query": [task.question]}
 
 
+def hint(kind: str, task: Task, call: ToolCall, result: str) -> str:
+    """Training-time feedback (``agentlab.hints``): procedural ``guidance``, or an enriched ``state`` observation
+    (which listed products meet every constraint of the request, or which constraints a viewed one misses)."""
+    c = task.answer["constraints"]
+    ids = re.findall(r"^(P\d+) \|", result, re.MULTILINE)
+    if call.name not in ("search_products", "view_product") or not ids:
+        return ""
+    if kind == "guidance":
+        return ("Hint: view a listed product and check it against every constraint of the request before you "
+                "recommend it; if none fits, search again with the constraints as filters.")
+    products = [index().by_id[i] for i in ids if i in index().by_id]
+    if call.name == "view_product" and products:
+        missed = [k for k, v in c.items() if not satisfies(products[0], {k: v})]
+        return f"[state: this product {'misses: ' + ', '.join(missed) if missed else 'meets every constraint'}]"
+    fits = [p["id"] for p in products if satisfies(p, c)]
+    return (f"[state: listed products meeting every constraint: "
+            f"{', '.join(fits) or 'none - search again with the constraints as filters'}]")
+
+
 DEFAULT_REWARD = Reward({"success": 1.0})  # ASR: every constraint met, nothing partial to game
 
 
 SPEC = EnvSpec(
     name="product_finder", env_class=ProductFinderEnv, make_tasks=make_tasks, evaluate=evaluate,
-    default_reward=DEFAULT_REWARD,
+    default_reward=DEFAULT_REWARD, hint=hint,
     expert=expert, random_policy=random_policy, audit_keys=audit_keys, cheap_policy=type_only,
     description="ShoppingBench Products-Finder: search a seeded catalog, recommend a product meeting every constraint.",
 )

@@ -1,0 +1,39 @@
+"""Decoding engines: what turns the live episodes' token sequences into each one's next tokens.
+
+    from agentlab.engines import make
+    generate = make("torch", model, tok, config, greedy=True, seed=0)   # or "llama_cpp"
+    new_tokens = generate([prompt_ids_1, prompt_ids_2])
+
+A ``GenerateFn`` maps token sequences (one per live episode) to the new tokens of each; ``rollout.run_episodes``
+calls one per turn and takes any (``generate_fn=``): the torch engine (:mod:`agentlab.engines.torch`, transformers'
+``generate`` with a shared-prefix cache), llama.cpp (:mod:`agentlab.llamacpp`, the CPU rollout engine), vLLM on GPUs
+(``trl_compat.vllm_generate_fn``) and a scripted policy replayed as tokens (:mod:`agentlab.engines.scripted`, for
+tests and demonstrations). An engine must follow weight updates and state its agreement with the torch path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+GenerateFn = Callable[[list[list[int]]], list[list[int]]]
+
+KINDS = ("torch", "llama_cpp")
+
+
+def common_prefix(seqs: list[list[int]]) -> int:
+    """Leading tokens all ``seqs`` share, each row keeping one of its own (both engines encode them once)."""
+    n = min(map(len, seqs)) - 1
+    return next((i for i in range(n) if any(s[i] != seqs[0][i] for s in seqs)), max(n, 0))
+
+
+def make(kind: str, model, tokenizer, config, greedy: bool, seed: int) -> GenerateFn:
+    """The ``kind`` engine (``KINDS``) decoding ``model``'s current weights under ``config`` (a ``LoopConfig``)."""
+    if kind == "torch":
+        from agentlab.engines.torch import hf_generate_fn
+
+        return hf_generate_fn(model, tokenizer, config, greedy, seed)
+    if kind == "llama_cpp":
+        from agentlab.llamacpp import generate_fn
+
+        return generate_fn(model, tokenizer, config, greedy, seed)
+    raise ValueError(f"unknown engine {kind!r}; expected one of {KINDS}")
