@@ -2,6 +2,7 @@
 
     python benchmarks/engine_agreement.py --adapter runs/agreement-sft/adapter           # 200 greedy lookup episodes
     python benchmarks/engine_agreement.py --adapter ... --precision fp32 --n 50           # another precision
+    python benchmarks/engine_agreement.py --table                                          # the README's table
 
 Same weights, other arithmetic (llama.cpp multiplies in its own order and keeps an f16 KV cache), so greedy texts can
 part at a near-tie; the question is whether they *only* part there. For ``--n`` greedy test episodes decoded by
@@ -80,6 +81,20 @@ def quantiles(values: list[float]) -> dict:
     return {"n": len(v), "p50": float(np.median(v)), "p90": float(np.quantile(v, 0.9)), "max": float(v.max())}
 
 
+def markdown_table(results: dict) -> str:
+    """The README's table: one row per machine class and precision, every figure read from the results file."""
+    rows = [("| machine class / precision | identical greedy episodes | of those that part, at a near-tie (torch's "
+            "margin ≤ the engines' logit gap there) | sampled log-prob gap p50 / p99 | seconds, torch / llama.cpp |"),
+            "|---|---|---|---|---|"]
+    for key, e in sorted(results["machines"].items()):
+        parted, gap = e["first_divergence"]["episodes"], e["sampled_logprob_gap"]
+        ties = (f"{sum(x['margin'] <= x['gap'] for x in parted)} of {len(parted)} (margin ≤ "
+                f"{max(x['margin'] for x in parted):.2f}, gap ≤ {max(x['gap'] for x in parted):.2f})" if parted else "-")
+        rows.append(f"| {key} | {e['identical_episodes']} of {e['n']} | {ties} | {gap['abs_gap_median']:.1e} / "
+                    f"{gap['abs_gap_p99']:.3f} | {e['seconds']['torch']:.0f} / {e['seconds']['llama_cpp']:.0f} |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> dict:
     from common import RESULTS, adapter_or_quickstart, write_result
 
@@ -98,7 +113,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--n", type=int, default=200)
     p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
     p.add_argument("--sampled-tasks", type=int, default=8, help="tasks whose first turns are sampled for the gap")
+    p.add_argument("--table", action="store_true", help="print the README's markdown table from the results file")
     a = p.parse_args(argv)
+    if a.table:
+        print(markdown_table(json.loads((RESULTS / "engine_agreement.json").read_text())))
+        return {}
     if not llamacpp.available():
         raise SystemExit("llama-cpp-python is not installed: run `make setup-llamacpp`")
     _threads()

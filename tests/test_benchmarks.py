@@ -1,5 +1,6 @@
 """The study's gatherer keeps what earlier sessions recorded (run folders are not committed)."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -120,3 +121,13 @@ def test_the_eval_benchmark_reference_turns_the_decoding_levers_off_for_its_bloc
     assert hf_engine.hf_generate_fn(model, tok, cfg, greedy=True, seed=0)(seqs) == reference
     assert model.get_output_embeddings()._agentlab_folds is not None
     assert model.config._attn_implementation == trl_compat.GQA_PREFILL
+
+
+def test_the_readme_engine_agreement_table_is_the_results_file_rendered():
+    """The README's agreement table is `engine_agreement.py --table` over the committed JSON, row for row."""
+    import engine_agreement
+
+    results = json.loads((Path(__file__).parent.parent / "benchmarks/results/engine_agreement.json").read_text())
+    table = engine_agreement.markdown_table(results)
+    assert len(table.splitlines()) == 2 + len(results["machines"])
+    assert table in (Path(__file__).parent.parent / "README.md").read_text()
