@@ -28,6 +28,12 @@ class SFTSettings:
     precision: str = "auto"       # bf16 mixed precision where the hardware has it (agentlab.precision)
 
 
+def longest(rows: list[dict]) -> int:
+    """SFT's ``max_length``: the longest tokenized demonstration, so no demonstration is cut (a fixed 2,048 cut
+    doc_search's expert trajectories, up to ~3,300 tokens, at the end, where they curate and finish)."""
+    return max(len(r["input_ids"]) for r in rows)
+
+
 def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSettings = SFTSettings(),
             report_to: tuple[str, ...] = (), save_at: tuple[int, ...] = (), init_adapter: str | Path | None = None,
             max_seconds: float | None = None, save_every_s: float | None = None) -> Path:
@@ -63,7 +69,7 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
         learning_rate=settings.lr, lr_scheduler_type="constant", warmup_steps=0, logging_steps=1,
         # Our pre-tokenized rows carry ``assistant_masks``, which SFTTrainer always applies: assistant-only loss.
         assistant_only_loss=False, save_strategy="no", report_to=list(report_to), seed=settings.seed,
-        use_cpu=not _cuda(), gradient_checkpointing=False, max_length=2048, dataloader_num_workers=0,
+        use_cpu=not _cuda(), gradient_checkpointing=False, max_length=longest(rows), dataloader_num_workers=0,
         disable_tqdm=False, bf16=_bf16(settings.precision))
 
     class Checkpoints(TrainerCallback):

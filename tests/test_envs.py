@@ -139,3 +139,26 @@ def test_the_cli_runs_a_file_environment_end_to_end(echo_file, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads((tmp_path / "runs" / "e" / "summary.json").read_text())
     assert summary["success"]["n"] == 3 and summary["env"] == ref
+
+
+@pytest.mark.parametrize("name", ["lookup", "product_finder", "code_search", "doc_search"])
+def test_each_budget_holds_its_experts_trajectories_and_sft_cuts_none(name, tiny):
+    """An environment's budget is set from what its tasks need: the scripted expert finishes every episode within
+    it (doc_search's old 4 turns x 96 tokens in 2,048 could not hold a median expert trajectory), with a tenth of
+    the context to spare; and SFT's max length keeps every demonstration whole."""
+    from agentlab.engines.scripted import scripted_generate_fn
+    from agentlab.rollout import LoopConfig, Renderer, run_episodes
+    from agentlab.sft import longest
+    from agentlab.synth import expert_demos, tokenize_demos
+
+    from agentlab.envs import load
+
+    spec, tok = load(name), tiny[1]
+    tasks = spec.make_tasks("train", 16, seed=0)
+    eps = run_episodes(None, tok, spec, tasks, config=LoopConfig.of(spec, batch_size=16), progress=False,
+                       generate_fn=scripted_generate_fn(Renderer(tok, spec.env_class), tasks, spec.expert))
+    assert {ep.exit_reason for ep in eps} == {"final_answer"} and all(ep.success == 1.0 for ep in eps)
+    used = max(len(ep.tokens["prompt_ids"]) + len(ep.tokens["completion_ids"]) for ep in eps)
+    assert used <= 0.9 * spec.budget.max_context, used
+    rows = tokenize_demos(expert_demos(spec, tasks), tok)
+    assert longest(rows) >= max(len(ep.tokens["prompt_ids"]) + len(ep.tokens["completion_ids"]) for ep in eps) - 8

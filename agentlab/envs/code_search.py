@@ -30,7 +30,7 @@ from agentlab.corpora.stdlib_code import docstring_clue, leaks_name, mask_names,
 from agentlab.paths import cache_dir
 from agentlab.rewards import Reward
 from agentlab.search import SearchIndex, words
-from agentlab.types import EnvSpec, InfraError, Outcome, Task, ToolCall, ToolEnv, seeded_rng, tool
+from agentlab.types import Budget, EnvSpec, InfraError, Outcome, Task, ToolCall, ToolEnv, seeded_rng, tool
 
 INDEX_VERSION = 1
 READ_BUDGET = 1_500
@@ -334,6 +334,9 @@ DEFAULT_REWARD = Reward({"success": 1.0, "precision": 0.5})
 SPEC = EnvSpec(
     name="code_search", env_class=CodeSearchEnv, make_tasks=make_tasks, evaluate=evaluate,
     default_reward=DEFAULT_REWARD, answer_cap=MAX_ANSWER_NAMES, hint=hint,
+    # the expert on 64 training tasks: 3 turns (max 4), 42 tokens a turn (max 93), 1,332 tokens of context
+    # (max 1,792 over a ~750-token prompt); room for a policy that reads another candidate or two
+    budget=Budget(max_turns=6, max_new_tokens=128, max_context=3072),
     expert=expert, random_policy=random_policy, audit_keys=audit_keys,
     description="Python stdlib source: search and read definitions, answer the qualified names a question "
                 "describes.",

@@ -24,7 +24,7 @@ from functools import lru_cache
 from agentlab.corpora import pydocs
 from agentlab.rewards import Reward
 from agentlab.search import words
-from agentlab.types import EnvSpec, InfraError, Outcome, Task, ToolCall, ToolEnv, seeded_rng, tool
+from agentlab.types import Budget, EnvSpec, InfraError, Outcome, Task, ToolCall, ToolEnv, seeded_rng, tool
 
 try:  # `regex` (a transformers dependency) has a match timeout; stdlib `re` has none, see _compile
     import regex as _re
@@ -408,6 +408,9 @@ DEFAULT_REWARD = Reward({"f4": 1.0, "empty": -0.2})
 SPEC = EnvSpec(
     name="doc_search", env_class=DocSearchEnv, make_tasks=make_tasks, evaluate=evaluate,
     default_reward=DEFAULT_REWARD, answer_cap=MAX_CURATED, hint=hint,
+    # the expert on 64 training tasks: 5 turns (max 7), 46 tokens a turn (max 139, a long curate), 2,287 tokens of
+    # context (max 3,262 over a ~1,040-token prompt); room for a policy that reads one or two chunks more
+    budget=Budget(max_turns=10, max_new_tokens=160, max_context=4096),
     valid_rollout=lambda outcome: bool(outcome.final),  # the write-up: at least one document curated
     expert=expert, random_policy=random_policy, audit_keys=audit_keys,
     description="Curate the Python-documentation chunks that support 1-3 facts (F4 reward, after the GRPO search-agent post).",
