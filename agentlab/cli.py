@@ -21,6 +21,7 @@ import json
 import sys
 from pathlib import Path
 
+from agentlab.paths import shown
 from agentlab.pipeline import evaluate, load_split, print_summary, synth, tasks_dir, tasks_of
 
 __all__ = ["build_parser", "evaluate", "load_split", "main", "print_summary", "synth", "tasks_dir"]  # notebooks' names
@@ -97,7 +98,7 @@ def _cmd_sft(a) -> int:
         raise ValueError(f"{demos_file}: {len(foreign)} demonstrations were not written for {a.env!r} (their system "
                          f"prompt differs, e.g. task {foreign[0]}); run `agentlab synth --env {a.env}` again")
     adapter = run_sft(a.model, demos, RunDir(a.name).path, SFTSettings(steps=a.steps, lr=a.lr, seed=a.seed))
-    print(f"SFT adapter -> {adapter}")
+    print(f"SFT adapter -> {shown(adapter)}")
     return 0
 
 
@@ -129,7 +130,7 @@ def _cmd_train(a) -> int:
     eval_tasks = tasks_of(exp.env, a.eval_split)
     run = run_grpo(exp, train_tasks, eval_tasks, init_adapter=a.init_adapter, overwrite=a.overwrite,
                    backend=backend, recipe=a.recipe, trainer_overrides=overrides)
-    print(f"GRPO run finished -> {run.path}")
+    print(f"GRPO run finished -> {shown(run.path)}")
     return 0
 
 
@@ -182,7 +183,7 @@ def _cmd_eval(a) -> int:
     summary = evaluate(a.model, a.env, tasks, RunDir(name).path, adapter=a.adapter, samples=a.samples,
                        greedy=a.greedy, loop=loop, label=name)
     print_summary(summary)
-    print(f"-> {RunDir(name).path}")
+    print(f"-> {shown(RunDir(name).path)}")
     return 0
 
 

@@ -27,6 +27,20 @@ def cache_dir() -> Path:
     return data_dir() / "cache"
 
 
+def shown(path: str | Path) -> str:
+    """``path`` as printed for a person: relative to the working directory when both lie in the checkout (or the
+    path lies under the working directory), so outputs committed from notebooks and logs shared between machines
+    carry no machine's absolute paths.
+
+    >>> shown(Path.cwd() / "runs" / "quickstart")
+    'runs/quickstart'
+    """
+    p, cwd = Path(path).absolute(), Path.cwd()
+    if p.is_relative_to(cwd) or (p.is_relative_to(_REPO) and cwd.is_relative_to(_REPO)):
+        return Path(os.path.relpath(p, cwd)).as_posix()
+    return str(path)
+
+
 def runs_dir() -> Path:
     if env := os.environ.get("AGENTLAB_RUNS"):
         return Path(env)

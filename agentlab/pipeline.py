@@ -13,7 +13,7 @@ import json
 import time
 from pathlib import Path
 
-from agentlab.paths import data_dir
+from agentlab.paths import data_dir, shown
 
 
 def tasks_dir(env: str) -> Path:
@@ -39,7 +39,7 @@ def synth(env: str, sizes: dict[str, int], seed: int = 0, demos: int = 48, folde
     (folder / "demos.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     audit = audit_splits(spec, splits)
     (folder / "audit.json").write_text(json.dumps({**audit, "seed": seed, "demos": len(rows)}, indent=2))
-    print(f"{env}: {audit['sizes']} tasks, {len(rows)} expert demos, splits disjoint -> {folder}")
+    print(f"{env}: {audit['sizes']} tasks, {len(rows)} expert demos, splits disjoint -> {shown(folder)}")
     return folder
 
 

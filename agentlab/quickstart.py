@@ -30,6 +30,7 @@ import shutil
 from dataclasses import asdict, dataclass
 
 from agentlab.machine import describe
+from agentlab.paths import shown
 from agentlab.runs import RunDir
 
 ARMS = ("sft_best", "grpo", "sft_matched")
@@ -147,4 +148,4 @@ def _print_report(report: dict, run: RunDir) -> None:
     print("stage times: " + ", ".join(f"{k} {v:.0f}s" for k, v in report["timings_s"].items()))
     print(f"peak RSS {report['peak_rss_gb']:.1f} GB, total {report['total_s']:.0f} s, "
           f"precision {report['machine'].get('precision', 'fp32')}")
-    print(f"-> {run.path / 'report.json'} and {run.path / 'report.png'}")
+    print(f"-> {shown(run.path / 'report.json')} and {shown(run.path / 'report.png')}")

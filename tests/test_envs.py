@@ -147,11 +147,10 @@ def test_each_budget_holds_its_experts_trajectories_and_sft_cuts_none(name, tiny
     it (doc_search's old 4 turns x 96 tokens in 2,048 could not hold a median expert trajectory), with a tenth of
     the context to spare; and SFT's max length keeps every demonstration whole."""
     from agentlab.engines.scripted import scripted_generate_fn
+    from agentlab.envs import load
     from agentlab.rollout import LoopConfig, Renderer, run_episodes
     from agentlab.sft import longest
     from agentlab.synth import expert_demos, tokenize_demos
-
-    from agentlab.envs import load
 
     spec, tok = load(name), tiny[1]
     tasks = spec.make_tasks("train", 16, seed=0)
