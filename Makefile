@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml Makefile
 	@touch $(STAMP)
 	@echo "agentlab: environment ready in $(VENV)"
 
-# The llama.cpp rollout engine (agentlab/llamacpp.py, LoopConfig(backend="llama_cpp")): llama-cpp-python compiled
+# The llama.cpp rollout engine (agentlab/engines/llamacpp.py, LoopConfig(backend="llama_cpp")): llama-cpp-python compiled
 # for this CPU (~5 min on 2 cores, once: pip caches the wheel) without its multimodal, server and example parts.
 # A native build can die with SIGILL where the CPU reports instructions the VM does not allow (seen on an AMX VM):
 # the check decodes a few tokens in a subprocess and, if that crashes, rebuilds with portable AVX2 flags. If nothing
@@ -39,11 +39,11 @@ setup-llamacpp: setup
 	@$(PY) -c 'import llama_cpp' 2>/dev/null || { echo "agentlab: installing $(LLAMACPP) (built for this CPU: ~5 min the first time, seconds from pip's cache after)"; \
 		CMAKE_ARGS="$(LLAMACPP_CMAKE)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc 2>/dev/null || echo 2) \
 		$(PY) -m pip install --quiet $(LLAMACPP) || echo "agentlab: $(LLAMACPP) did not build; the llama.cpp backend is off"; }
-	@$(PY) -c 'import llama_cpp' 2>/dev/null && { $(PY) -m agentlab.llamacpp --check || { \
+	@$(PY) -c 'import llama_cpp' 2>/dev/null && { $(PY) -m agentlab.engines.llamacpp --check || { \
 		echo "agentlab: the native llama.cpp build crashed here; rebuilding with portable AVX2 flags"; \
 		$(PY) -m pip uninstall --quiet -y llama-cpp-python; \
 		CMAKE_ARGS="$(LLAMACPP_CMAKE) $(LLAMACPP_PORTABLE)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc 2>/dev/null || echo 2) \
-		$(PY) -m pip install --quiet --no-cache-dir $(LLAMACPP) && $(PY) -m agentlab.llamacpp --check || \
+		$(PY) -m pip install --quiet --no-cache-dir $(LLAMACPP) && $(PY) -m agentlab.engines.llamacpp --check || \
 		{ $(PY) -m pip uninstall --quiet -y llama-cpp-python; echo "agentlab: no working llama.cpp build; the backend is off"; }; }; } || true
 
 browser:

@@ -334,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: the environment's budget")
     p.add_argument("--name", default=None)
     p.add_argument("--rollout-backend", default="torch", choices=["torch", "llama_cpp"],
-                   help="decoding engine (llama_cpp: agentlab.llamacpp, after make setup-llamacpp)")
+                   help="decoding engine (llama_cpp: agentlab.engines.llamacpp, after make setup-llamacpp)")
     _add_trl_class_args(p)
     p.set_defaults(func=_cmd_eval)
 

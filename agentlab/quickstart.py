@@ -56,7 +56,7 @@ class QuickstartConfig:
     max_turns: int | None = None        # None: the environment's budget (lookup: 3 turns, 48 tokens a turn)
     max_new_tokens: int | None = None
     seed: int = 0
-    rollout_backend: str = "torch"      # "llama_cpp": GRPO's rollouts and every evaluation through agentlab.llamacpp
+    rollout_backend: str = "torch"      # "llama_cpp": GRPO's rollouts and every evaluation through engines.llamacpp
 
     @classmethod
     def smoke(cls) -> QuickstartConfig:

@@ -67,7 +67,7 @@ class LoopConfig:
     retries: int = 2              # extra attempts for a tool call that raised (environment fault)
     backoff_s: float = 0.05       # first retry delay; doubles each attempt
     precision: str = "auto"       # decoding: "auto" (bf16 where the CPU has it, agentlab.precision), "fp32", "bf16"
-    backend: str = "torch"        # decoding engine: "torch" (transformers) or "llama_cpp" (agentlab.llamacpp)
+    backend: str = "torch"        # decoding engine: "torch" (transformers) or "llama_cpp" (agentlab.engines.llamacpp)
 
     @classmethod
     def of(cls, spec: EnvSpec, **overrides) -> LoopConfig:

@@ -51,7 +51,7 @@ def divergence_margins(model, tok, config, pairs) -> list[dict]:
     import numpy as np
     import torch
 
-    from agentlab import llamacpp
+    from agentlab.engines import llamacpp
     from agentlab.precision import for_generation
 
     fast = for_generation(model, config.precision)
@@ -98,7 +98,7 @@ def markdown_table(results: dict) -> str:
 def main(argv: list[str] | None = None) -> dict:
     from common import RESULTS, adapter_or_quickstart, write_result
 
-    from agentlab import llamacpp
+    from agentlab.engines import llamacpp
     from agentlab.envs import load
     from agentlab.experiment import Experiment
     from agentlab.machine import cpu_class, describe

@@ -18,7 +18,7 @@ turn). The two configurations alternate, round by round, in one process on one m
   (``llamacpp.Engine._place``): the side-by-side measure of that reuse.
 
 - ``llama_cpp``: the same weights (the policy ``for_generation`` decodes with) exported to GGUF and decoded by
-  llama.cpp (``agentlab.llamacpp``; when llama-cpp-python is installed): another engine, so its episodes are
+  llama.cpp (``agentlab.engines.llamacpp``; when llama-cpp-python is installed): another engine, so its episodes are
   compared with ``agentlab``'s (``identical_episodes_llama_cpp``) and its success is reported beside them.
 
 The first two start from the same shared-prefix cache and batch, so the ratio is what the three levers buy. Greedy episodes of
@@ -74,7 +74,7 @@ def reference_decoding():
 def fresh_streams():
     """llama.cpp rows start from the shared prefix every call (no reuse of a row's earlier turns) while the block
     runs."""
-    from agentlab import llamacpp
+    from agentlab.engines import llamacpp
 
     place = llamacpp.Engine._place
 
@@ -100,7 +100,7 @@ def main(argv=None) -> dict:
                    "(default: all three when llama-cpp-python is installed)")
     a = p.parse_args(argv)
 
-    from agentlab import llamacpp
+    from agentlab.engines import llamacpp
     from agentlab.evals import summarize
 
     configs = a.configs.split(",") if a.configs else (["reference", "agentlab"] +

@@ -46,7 +46,7 @@ def agentlab_round(model, tok, spec, tasks, group_size: int, exp, seed: int,
 
     import torch
 
-    from agentlab import llamacpp
+    from agentlab.engines import llamacpp
     from agentlab.rollout import run_episodes
 
     llamacpp._ENGINES.pop(model, None)  # as after a weight update: the next llama.cpp rollout exports again
@@ -61,7 +61,7 @@ def export_seconds(model, repeats: int = 3) -> float:
     """Median seconds to write the policy's decoding weights as GGUF (what each GRPO update adds on llama.cpp)."""
     import os
 
-    from agentlab import llamacpp
+    from agentlab.engines import llamacpp
     from agentlab.models import smollm2_gguf_path
 
     times = []
@@ -81,7 +81,7 @@ def logprob_gap(model, tok, spec, tasks, exp, seed: int = 0) -> dict:
     import numpy as np
     import torch
 
-    from agentlab import llamacpp
+    from agentlab.engines import llamacpp
     from agentlab.rollout import Renderer
 
     renderer = Renderer(tok, spec.env_class)
@@ -143,7 +143,7 @@ def main() -> None:
     model = trainer.accelerator.unwrap_model(trainer.model)
     tok = trainer.processing_class  # the model stays in train mode, as during a GRPO step (no dropout in it)
     rows = trainer.train_dataset.to_list()
-    from agentlab import llamacpp
+    from agentlab.engines import llamacpp
 
     engines = ["trl", "agentlab"] + (["agentlab:llama_cpp"] if llamacpp.available() else [])
     results: dict[str, list] = {e: [] for e in engines}

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from agentlab import llamacpp
+from agentlab.engines import llamacpp
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@
 
 A ``GenerateFn`` maps token sequences (one per live episode) to the new tokens of each; ``rollout.run_episodes``
 calls one per turn and takes any (``generate_fn=``): the torch engine (:mod:`agentlab.engines.torch`, transformers'
-``generate`` with a shared-prefix cache), llama.cpp (:mod:`agentlab.llamacpp`, the CPU rollout engine), vLLM on GPUs
+``generate`` with a shared-prefix cache), llama.cpp (:mod:`agentlab.engines.llamacpp`, the CPU rollout engine), vLLM on GPUs
 (``trl_compat.vllm_generate_fn``) and a scripted policy replayed as tokens (:mod:`agentlab.engines.scripted`, for
 tests and demonstrations). An engine must follow weight updates and state its agreement with the torch path.
 """
@@ -33,7 +33,7 @@ def make(kind: str, model, tokenizer, config, greedy: bool, seed: int) -> Genera
 
         return hf_generate_fn(model, tokenizer, config, greedy, seed)
     if kind == "llama_cpp":
-        from agentlab.llamacpp import generate_fn
+        from agentlab.engines.llamacpp import generate_fn
 
         return generate_fn(model, tokenizer, config, greedy, seed)
     raise ValueError(f"unknown engine {kind!r}; expected one of {KINDS}")

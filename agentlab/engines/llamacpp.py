@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from agentlab.engines import common_prefix
-from agentlab.gguf_export import export_gguf
+from agentlab.engines.gguf_export import export_gguf
 
 
 def available() -> bool:

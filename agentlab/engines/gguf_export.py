@@ -1,4 +1,4 @@
-"""Our policy's weights as a GGUF file, for llama.cpp (``agentlab.llamacpp``), bit for bit.
+"""Our policy's weights as a GGUF file, for llama.cpp (``agentlab.engines.llamacpp``), bit for bit.
 
     export_gguf(model, smollm2_gguf_path(), "policy.gguf")   # tokenizer and template from the shipped GGUF
 
