@@ -532,7 +532,7 @@ def turns_from_messages(completion: list[dict] | str) -> list[Turn]:
     return turns
 
 
-def trl_reward_func(reward_fn: Callable, env_name: str) -> Callable[..., list[float | None]]:
+def trl_reward_func(reward_fn: Callable, spec) -> Callable[..., list[float | None]]:
     """A reward function with TRL's custom signature, scoring each rollout from its environment instance.
 
     Not a training path of ours (``run_grpo`` uses the ``rollout_func``): it lets an environment class be trained by
@@ -540,12 +540,11 @@ def trl_reward_func(reward_fn: Callable, env_name: str) -> Callable[..., list[fl
 
     TRL (1.16, ``GRPOTrainer._calculate_rewards``) passes ``environments=`` — the instances the rollouts ran in —
     to every reward function when ``environment_factory`` is set; we read ``env._task`` and ``env.outcome``,
-    evaluate, and apply ``reward_fn``. Rollouts of another environment get ``None`` (TRL ignores them as NaN).
+    evaluate with ``spec`` (an ``EnvSpec``), and apply ``reward_fn``. Rollouts of another environment get ``None``
+    (TRL ignores them as NaN).
     Each term's batch mean is logged as ``reward_terms/<name>`` through TRL's ``log_metric``.
     """
-    from agentlab.envs import load
-
-    spec = load(env_name)
+    env_name = spec.name
 
     def reward_func(prompts, completions, environments=None, **kwargs) -> list[float | None]:
         if environments is None:

@@ -52,3 +52,45 @@ def test_modules_stay_under_400_lines_except_those_architecture_md_explains():
     explained = (ROOT / "ARCHITECTURE.md").read_text()
     assert all(f"`{name.split('/')[-1]}`" in explained or f"`{name}`" in explained for name in over), over
     assert set(over) <= {"trl_compat.py", "envs/doc_search.py"}, f"a new module over 400 lines: {over}"
+
+
+def _layers() -> dict[str, int]:
+    """ARCHITECTURE.md's layer block: unit name (module, or package for `envs/`, `corpora/`, `engines/`) -> line
+    rank, the top line highest. Continuation lines (starting with spaces) belong to the line above."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    block = text.split("## The layers", 1)[1].split("```", 2)[1]
+    rank, lines = {}, [ln for ln in block.splitlines() if ln.strip() and not ln.startswith(" ")]
+    for i, line in enumerate(reversed(lines)):
+        for word in line.split("  ")[0].split() + line.split():
+            if word[0].isalpha() and (word.endswith(".py") or (word.endswith("/") and (ROOT / "agentlab" / word).is_dir())):
+                rank.setdefault(word.removesuffix(".py").removesuffix("/"), i)
+    return rank
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")[1:]
+    return parts[0] if parts else "agentlab"
+
+
+def test_no_import_climbs_a_layer_or_forms_a_circle():
+    """Every import inside the package (function-level ones too, where nothing else would see them) goes to a unit
+    on a lower line of ARCHITECTURE.md's layer block; imports inside a package stay inside it."""
+    import ast
+
+    rank = _layers()
+    package = ROOT / "agentlab"
+    units = {p.stem if p.parent == package else p.relative_to(package).parts[0] for p in package.rglob("*.py")}
+    assert units - {"__init__"} <= set(rank), f"units missing from ARCHITECTURE.md's layers: {units - set(rank)}"
+    climbs = []
+    for path in package.rglob("*.py"):
+        me = path.stem if path.parent == package else path.relative_to(package).parts[0]
+        if me == "__init__":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                other = _unit(name) if name.startswith("agentlab.") else me
+                if other != me and other in rank and rank[other] >= rank[me]:
+                    climbs.append(f"{path.relative_to(ROOT)}:{node.lineno} {me} -> {other}")
+    assert climbs == [], climbs

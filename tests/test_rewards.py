@@ -145,7 +145,7 @@ def _completion(history, prefix_text=None):
 
 def test_trl_reward_func_scores_from_environment_state(lookup, tasks):
     reward_fn = compose(success=1.0, format=0.1)
-    func = trl_reward_func(reward_fn, "lookup")
+    func = trl_reward_func(reward_fn, load("lookup"))
     assert func.__name__ == "lookup_reward"
     envs, completions, expected = [], [], []
     for i, (task, policy) in enumerate([(tasks[0], lookup.expert), (tasks[1], lookup.random_policy),

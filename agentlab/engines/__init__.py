@@ -13,17 +13,9 @@ tests and demonstrations). An engine must follow weight updates and state its ag
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from agentlab.engines.base import KINDS, GenerateFn, common_prefix
 
-GenerateFn = Callable[[list[list[int]]], list[list[int]]]
-
-KINDS = ("torch", "llama_cpp")
-
-
-def common_prefix(seqs: list[list[int]]) -> int:
-    """Leading tokens all ``seqs`` share, each row keeping one of its own (both engines encode them once)."""
-    n = min(map(len, seqs)) - 1
-    return next((i for i in range(n) if any(s[i] != seqs[0][i] for s in seqs)), max(n, 0))
+__all__ = ["KINDS", "GenerateFn", "common_prefix", "make"]
 
 
 def make(kind: str, model, tokenizer, config, greedy: bool, seed: int) -> GenerateFn:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agentlab.engines import common_prefix
+from agentlab.engines.base import common_prefix
 from agentlab.engines.gguf_export import export_gguf
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from agentlab.engines import GenerateFn
+from agentlab.engines.base import GenerateFn
 from agentlab.types import Task
 
 

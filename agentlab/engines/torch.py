@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from agentlab.engines import GenerateFn, common_prefix
+from agentlab.engines.base import GenerateFn, common_prefix
 from agentlab.trl_compat import cache_of, decode_cache, gqa_prefill
 
 
