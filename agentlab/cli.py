@@ -202,12 +202,15 @@ def _cmd_envs(a) -> int:
     from agentlab.envs import load, names
     from agentlab.types import run_policy
 
-    for name in a.env or names():
-        spec = load(name)
+    for ref in a.env or names():
+        spec = load(resolve_env(argparse.Namespace(**{**vars(a), "env": ref})))  # a TRL-style class takes --tasks
         tasks = spec.make_tasks("test", a.n, seed=0)
-        score = {p: sum(spec.evaluate(t, run_policy(spec, t, getattr(spec, p))[0])["success"] for t in tasks)
-                 / len(tasks) for p in ("expert", "random_policy")}
-        print(f"{name:15s} expert {score['expert']:.2f}  random {score['random_policy']:.2f}  "
+        if not tasks:
+            raise ValueError(f"no test tasks for {spec.name}: give more rows, or held-out rows with --eval-rows")
+        rate = {p: sum(spec.evaluate(t, run_policy(spec, t, policy)[0])["success"] for t in tasks) / len(tasks)
+                for p in ("expert", "random_policy") if (policy := getattr(spec, p)) is not None}
+        score = {p: f"{rate[p]:.2f}" if p in rate else "- (none)" for p in ("expert", "random_policy")}
+        print(f"{spec.name:15s} expert {score['expert']}  random {score['random_policy']}  "
               f"({len(tasks)} test tasks)  {spec.description}")
     return 0
 
@@ -346,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("envs", help="environments with scripted-expert and random scores")
     p.add_argument("--n", type=int, default=50)
     p.add_argument("--env", nargs="*", default=None, help="only these (names, file.py:NAME or module:NAME)")
+    _add_trl_class_args(p)
     p.set_defaults(func=_cmd_envs)
     return parser
 

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 _REPO = Path(__file__).resolve().parent.parent
+QUICKSTART_RUN = "quickstart"  # the quickstart's run folder under runs_dir(); the next commands find its tasks there
 
 
 def data_dir() -> Path:

@@ -59,9 +59,24 @@ def load_split(env: str, split: str, folder: Path | None = None) -> list:
 
     name = load(env).name  # an unknown environment is named as such, before any file is looked for
     path = (folder or tasks_dir(env)) / f"{split}.jsonl"
+    quickstart = _quickstart_tasks(name) / f"{split}.jsonl"
+    if not path.exists() and folder is None and quickstart.exists():
+        # a newcomer's next command after `make quickstart`: its tasks live in its run folder, not in data/tasks
+        print(f"{shown(path)} does not exist: using the quickstart's {split} split ({shown(quickstart)}); "
+              f"`agentlab synth --env {env}` writes {shown(path.parent)}", flush=True)
+        path = quickstart
     if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist; run `agentlab synth --env {env}` first")
+        raise FileNotFoundError(f"{shown(path)} does not exist; run `agentlab synth --env {env}` first")
     return load_tasks(path, env=name)
+
+
+def _quickstart_tasks(env_name: str) -> Path:
+    """The quickstart's task folder when its run is of ``env_name`` (else a folder that does not exist)."""
+    from agentlab.paths import QUICKSTART_RUN, runs_dir
+
+    run = runs_dir() / QUICKSTART_RUN
+    same = (run / "config.json").exists() and json.loads((run / "config.json").read_text()).get("env") == env_name
+    return run / "tasks" if same else run / "no-such-tasks"
 
 
 def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str | None = None, samples: int = 1,

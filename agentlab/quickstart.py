@@ -30,7 +30,7 @@ import shutil
 from dataclasses import asdict, dataclass
 
 from agentlab.machine import describe
-from agentlab.paths import shown
+from agentlab.paths import QUICKSTART_RUN, shown
 from agentlab.runs import RunDir
 
 ARMS = ("sft_best", "grpo", "sft_matched")
@@ -38,7 +38,7 @@ ARMS = ("sft_best", "grpo", "sft_matched")
 
 @dataclass(frozen=True)
 class QuickstartConfig:
-    name: str = "quickstart"
+    name: str = QUICKSTART_RUN
     env: str = "lookup"
     regime: str = "cheap:48"            # 48 successful traces of lookup's cheap strategy (EnvSpec.cheap_policy)
     model: str = "smollm2-135m"

@@ -93,13 +93,19 @@ def spec_from_class(cls, rows: list[dict], *, name: str | None = None, reward_me
         return Task(id=f"{env_name}-{_row_id(row)}", env=env_name, question=_question(row), answer=dict(row),
                     meta={"split": split})
 
+    def hashed(row: dict) -> float:
+        return int(hashlib.sha256(("trl-split\x1f" + _row_id(row)).encode()).hexdigest()[:12], 16) / 16**12
+
     def split_of(row: dict) -> str:
-        h = int(hashlib.sha256(("trl-split\x1f" + _row_id(row)).encode()).hexdigest()[:12], 16) / 16**12
-        return next(s for s, bound in SPLITS if h < bound)
+        return next(s for s, bound in SPLITS if hashed(row) < bound)
+
+    # held-out rows in hash order: the first half validates, the second tests (8 rows: 4 and 4, whatever their hashes)
+    held = sorted(eval_rows or [], key=hashed)
+    halves = {"validation": held[: (len(held) + 1) // 2], "test": held[(len(held) + 1) // 2:]}
 
     def make_tasks(split: str, n: int, seed: int = 0) -> list[Task]:
         """Rows split by a stable hash (80/10/10); with ``eval_rows``, every row trains and the held-out rows are
-        split in two halves, validation and test."""
+        split in two halves by the same hash, validation (the larger when odd) and test."""
         if split not in dict(SPLITS):
             raise ValueError(f"unknown split {split!r}; expected one of {[s for s, _ in SPLITS]}")
         if eval_rows is None:
@@ -107,7 +113,7 @@ def spec_from_class(cls, rows: list[dict], *, name: str | None = None, reward_me
         elif split == "train":
             pool = rows
         else:
-            pool = [r for r in eval_rows if (split_of(r) in ("train", "validation")) == (split == "validation")]
+            pool = halves[split]
         tasks = [task_of(r, split) for r in pool]
         seeded_rng("trl-tasks", env_name, split, seed).shuffle(tasks)
         return tasks[:n]

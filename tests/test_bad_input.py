@@ -77,3 +77,25 @@ def test_an_adapter_for_another_base_model_is_named(tmp_path):
     get_peft_model(tiny_random()[0], lora_config(4)).save_pretrained(tmp_path / "adapter")
     with pytest.raises(ModelLoadError, match="does not fit this model.*another shape"):
         _apply_adapter(tiny_random(hidden=32)[0], tmp_path / "adapter")
+
+
+def test_after_the_quickstart_the_next_eval_finds_its_tasks(tmp_path, monkeypatch, capsys):
+    """`agentlab eval --env lookup` right after `make quickstart` (no `agentlab synth`): the quickstart's split is
+    used and said so; with no quickstart either, the error names the command to run."""
+    from agentlab.pipeline import load_split
+    from agentlab.synth import build_splits, save_splits
+
+    monkeypatch.setenv("AGENTLAB_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("AGENTLAB_RUNS", str(tmp_path / "runs"))
+    with pytest.raises(FileNotFoundError, match="run `agentlab synth --env lookup` first"):
+        load_split("lookup", "test")
+    from agentlab.envs import load
+
+    run = tmp_path / "runs" / "quickstart"
+    save_splits(build_splits(load("lookup"), {"train": 4, "validation": 2, "test": 3}), run / "tasks")
+    (run / "config.json").write_text(json.dumps({"env": "lookup"}))
+    assert len(load_split("lookup", "test")) == 3
+    assert "using the quickstart's test split" in capsys.readouterr().out
+    (run / "config.json").write_text(json.dumps({"env": "product_finder"}))  # another environment's tasks: never
+    with pytest.raises(FileNotFoundError):
+        load_split("lookup", "test")

@@ -177,6 +177,12 @@ def test_held_out_rows_never_train_and_the_hash_split_is_disjoint():
     assert len(held.make_tasks("train", 1000)) == 100
     assert {t.question for t in held.make_tasks("validation", 1000) + held.make_tasks("test", 1000)} == {
         r["prompt"][0]["content"] for r in data[100:]}
+    # held-out rows are split in halves, whatever their count (8 rows gave 2 test tasks and 20 gave none)
+    for n in (8, 20, 7):
+        few = spec_from_class(Guess, data[:100], eval_rows=data[100:100 + n])
+        val, test = few.make_tasks("validation", 1000), few.make_tasks("test", 1000)
+        assert (len(val), len(test)) == ((n + 1) // 2, n // 2) and not {t.id for t in val} & {t.id for t in test}
+        assert [t.id for t in test] == [t.id for t in few.make_tasks("test", 1000)]  # deterministic
 
 
 def test_the_cli_evaluates_and_trains_a_trl_style_class(tmp_path):
@@ -201,3 +207,18 @@ def test_the_cli_evaluates_and_trains_a_trl_style_class(tmp_path):
     assert (tmp_path / "runs" / "guess-grpo" / "DONE").exists()
     out = cli("sft", "--env", ref, "--tasks", data, "--model", "tiny-random")
     assert out.returncode == 2 and "has no scripted expert" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_envs_lists_a_trl_style_class_built_from_its_rows(tmp_path, capsys):
+    """`agentlab envs --env file.py:Class --tasks rows.jsonl` scores the class as the other subcommands see it (it
+    was refused: --tasks unknown); a class without a scripted expert says so."""
+    from agentlab.cli import main
+
+    (tmp_path / "guess_env.py").write_text(GUESS)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows(40)))
+    held = tmp_path / "held.jsonl"
+    held.write_text("".join(json.dumps(r) + "\n" for r in rows(48)[40:]))
+    assert main(["envs", "--env", f"{tmp_path / 'guess_env.py'}:Guess", "--tasks", str(tmp_path / "rows.jsonl"),
+                 "--eval-rows", str(held), "--n", "10"]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.startswith("Guess") and "expert - (none)" in line and "(4 test tasks)" in line, line
