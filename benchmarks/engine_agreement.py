@@ -2,7 +2,7 @@
 
     python benchmarks/engine_agreement.py --adapter runs/agreement-sft/adapter           # 200 greedy lookup episodes
     python benchmarks/engine_agreement.py --adapter ... --precision fp32 --n 50           # another precision
-    python benchmarks/engine_agreement.py --table                                          # the README's table
+    python benchmarks/engine_agreement.py --table                                          # docs/performance.md's table
 
 Same weights, other arithmetic (llama.cpp multiplies in its own order and keeps an f16 KV cache), so greedy texts can
 part at a near-tie; the question is whether they *only* part there. For ``--n`` greedy test episodes decoded by
@@ -82,7 +82,7 @@ def quantiles(values: list[float]) -> dict:
 
 
 def markdown_table(results: dict) -> str:
-    """The README's table: one row per machine class and precision, every figure read from the results file."""
+    """docs/performance.md's table: one row per machine class and precision, every figure read from the results file."""
     rows = [("| machine class / precision | identical greedy episodes | of those that part, at a near-tie (torch's "
             "margin ≤ the engines' logit gap there) | sampled log-prob gap p50 / p99 | seconds, torch / llama.cpp |"),
             "|---|---|---|---|---|"]
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--n", type=int, default=200)
     p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
     p.add_argument("--sampled-tasks", type=int, default=8, help="tasks whose first turns are sampled for the gap")
-    p.add_argument("--table", action="store_true", help="print the README's markdown table from the results file")
+    p.add_argument("--table", action="store_true", help="print docs/performance.md's markdown table from the results file")
     a = p.parse_args(argv)
     if a.table:
         print(markdown_table(json.loads((RESULTS / "engine_agreement.json").read_text())))
