@@ -42,10 +42,10 @@ __all__ = ["ARMS", "CompareConfig", "Comparison", "run_compare"]
 class Comparison:
     """The stages of one comparison over one run folder; each stage returns its output if it exists."""
 
-    def __init__(self, cfg: CompareConfig, overwrite: bool = False):
+    def __init__(self, cfg: CompareConfig, overwrite: bool = False, engine=None):
         from agentlab.envs import load
 
-        self.cfg, self.spec = cfg, load(cfg.env)
+        self.cfg, self.spec, self.engine = cfg, load(cfg.env), engine  # engine: a GenerateFn factory, or None
         self.run = RunDir(cfg.name)
         self.run.prepare(cfg, overwrite=overwrite, defaults={"rollout_backend": "torch"})  # older runs resume
         self.tried: list[dict] = []
@@ -71,7 +71,7 @@ class Comparison:
         from agentlab.pipeline import evaluate
 
         return evaluate(self.cfg.model, self.cfg.env, tasks, folder, adapter=str(adapter) if adapter else None,
-                        loop=self.cfg.eval_loop(), label=label, reuse=True)
+                        loop=self.cfg.eval_loop(), label=label, reuse=True, engine=self.engine)
 
     def adapter(self, choice: dict) -> Path:
         """The adapter a choice names (stored relative to the comparison's folder, ``RunDir.rel``)."""
@@ -159,7 +159,8 @@ class Comparison:
 
         grpo_run = RunDir(self.run.path / "grpo")
         if not grpo_run.finished:
-            run_grpo(self.cfg.experiment(), train, val, init_adapter=self.adapter(start), run=grpo_run)
+            run_grpo(self.cfg.experiment(), train, val, init_adapter=self.adapter(start), run=grpo_run,
+                     engine=self.engine)
         evals = [e for e in grpo_run.evals() if e["step"] > 0]
         for e in evals:
             self._tried({"arm": "grpo", "regime": self.cfg.regime, "lr": self.cfg.grpo_lr, "steps": e["step"],
@@ -236,8 +237,10 @@ class Comparison:
                     while spent < budget_s / 2 and todo:
                         t0 = time.time()
                         batch, todo = todo[:chunk], todo[chunk:]
+                        seed = self.cfg.seed * 100_003 + len(done_ids)
                         run_episodes(model, tok, self.spec, batch, samples=self.cfg.group_size, config=loop,
-                                     seed=self.cfg.seed * 100_003 + len(done_ids), out=fh, progress=False)
+                                     seed=seed, out=fh, progress=False,
+                                     generate_fn=self.engine(model, tok, loop, False, seed) if self.engine else None)
                         done_ids.update(t.id for t in batch)
                         spent += time.time() - t0
                         self.seconds["rft_sampling"] = round(spent, 1)
@@ -259,8 +262,10 @@ class Comparison:
         return choice
 
 
-def run_compare(cfg: CompareConfig, arms: tuple[str, ...] = ARMS, overwrite: bool = False) -> dict:
-    """Run (or resume) every arm of ``cfg``, evaluate each once on test, write ``result.json`` and ``result.png``."""
+def run_compare(cfg: CompareConfig, arms: tuple[str, ...] = ARMS, overwrite: bool = False, engine=None) -> dict:
+    """Run (or resume) every arm of ``cfg``, evaluate each once on test, write ``result.json`` and ``result.png``.
+    ``engine(model, tok, config, greedy, seed) -> GenerateFn`` decodes every evaluation and GRPO's rollouts instead
+    of ``cfg.rollout_backend`` (rft's sampling too)."""
     from agentlab.evals import paired_bootstrap_ci, read_rollouts
 
     bad = set(arms) - set(ARMS)
@@ -268,7 +273,7 @@ def run_compare(cfg: CompareConfig, arms: tuple[str, ...] = ARMS, overwrite: boo
         raise ValueError(f"arms {sorted(bad) or list(arms)}: expected a subset of {list(ARMS)} including 'sft_best'")
     if any(a in arms for a in ("sft_matched", "rft")) and "grpo" not in arms:
         raise ValueError("sft_matched and rft are matched to GRPO's wall-clock: include 'grpo' in the arms")
-    cmp = Comparison(cfg, overwrite=overwrite)
+    cmp = Comparison(cfg, overwrite=overwrite, engine=engine)
     splits = cmp._timed("tasks", cmp.tasks)
     val, test = splits["validation"], splits["test"]
     policies: dict[str, dict] = {}

@@ -81,11 +81,12 @@ def _quickstart_tasks(env_name: str) -> Path:
 
 def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str | None = None, samples: int = 1,
              greedy: bool = True, loop=None, label: str = "", seed: int = 0, reuse: bool = False,
-             workers: int | None = None) -> dict:
+             workers: int | None = None, engine=None) -> dict:
     """Run the shared loop on ``tasks`` and write ``rollouts.jsonl``, ``summary.json`` and ``summary.png``.
 
     ``reuse``: when ``out_dir`` already holds a ``summary.json``, return it instead (resumable studies).
-    ``workers``: processes sharing the tasks (default :func:`eval_workers`); see :func:`_evaluate_in_workers`."""
+    ``workers``: processes sharing the tasks (default :func:`eval_workers`); see :func:`_evaluate_in_workers`.
+    ``engine(model, tok, loop, greedy, seed) -> GenerateFn`` decodes instead of ``loop.backend`` (in this process)."""
     if reuse and (Path(out_dir) / "summary.json").exists():
         return json.loads((Path(out_dir) / "summary.json").read_text())
     from agentlab.envs import load
@@ -96,7 +97,7 @@ def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str
 
     spec = load(env)
     loop = loop or LoopConfig(temperature=0.0 if greedy else 0.7)
-    workers = min(eval_workers(env) if workers is None else workers, len(tasks))
+    workers = 1 if engine is not None else min(eval_workers(env) if workers is None else workers, len(tasks))
     from agentlab.runs import RunDir
 
     recorded = RunDir(Path(out_dir)).rel(adapter) if adapter else None  # relative: the folder can move
@@ -110,7 +111,8 @@ def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str
 
         model, tok = load_policy(model_name, adapter=adapter)
         episodes = evaluate_model(model, tok, spec, tasks, Path(out_dir) / "rollouts.jsonl", loop, samples=samples,
-                                  greedy=greedy, seed=seed, model_id=model_id, config_id=label, progress=True)
+                                  greedy=greedy, seed=seed, model_id=model_id, config_id=label, progress=True,
+                                  generate_fn=engine(model, tok, loop, greedy, seed) if engine else None)
     summary = {"label": label, "model": model_name, "adapter": recorded, "env": env, "samples": samples,
                "greedy": greedy, "loop": dataclasses.asdict(loop), "seconds": time.time() - t0,
                "workers": max(workers, 1), **summarize(episodes)}

@@ -200,8 +200,6 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
     GPU: ``backend="unsloth"`` loads through Unsloth (LoRA applied there); ``trainer_overrides`` takes
     ``agentlab.gpu.grpo_overrides(recipe, vllm_mode)`` (bf16, vLLM colocate/server).
     """
-    from datasets import Dataset
-    from transformers import TrainerCallback
 
     from agentlab.envs import load
     from agentlab.models import load_policy
@@ -232,6 +230,39 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, str(init_adapter), is_trainable=True)
+    trainer, stats, checkpoint_eval = build_trainer(
+        exp, spec, model, tok, train_tasks, eval_tasks, run, reward_fn=reward_fn, engine=engine,
+        peft_config=None if (init_adapter or backend == "unsloth") else lora_config(exp.lora_r),
+        trainer_overrides=trainer_overrides)
+    if not resume:
+        checkpoint_eval(0)
+    trainer.train(resume_from_checkpoint=resume)
+    if stats.skipped_in_row >= exp.max_nonfinite:
+        raise TrainingDiverged(
+            f"GRPO stopped at step {trainer.state.global_step}: {stats.skipped_in_row} updates in a row had non-finite "
+            f"gradients and were skipped (see skipped_nonfinite_update in {run.metrics_file}); lower the learning "
+            f"rate or check the reward, then resume from the last checkpoint")
+    if trainer.accelerator.is_main_process:
+        trainer.accelerator.unwrap_model(trainer.model).save_pretrained(run.path / "adapter")
+        run.mark_finished({"steps": exp.steps, "adapter": run.rel(run.path / "adapter")})
+    trainer.accelerator.wait_for_everyone()
+    return run
+
+
+def build_trainer(exp: Experiment, spec, model, tok, train_tasks: list[Task], eval_tasks: list[Task], run: RunDir, *,
+                  reward_fn=None, peft_config=None, trainer_overrides: dict | None = None, engine=None,
+                  callbacks=()) -> tuple:
+    """The trainer users train with, on a loaded model: TRL's GRPOTrainer (with our step timing) whose rollout is our
+    agent loop, the metrics recorder, the non-finite-update guard and checkpoint evals on ``eval_tasks``.
+
+    Returns ``(trainer, stats, checkpoint_eval)``: ``stats`` holds the current step's episodes and timing;
+    ``checkpoint_eval(step)`` evaluates the weights as they are into ``run``. :func:`run_grpo` is the folder / resume
+    / save shell around it; ``benchmarks/grpo_step.py`` times exactly this trainer.
+    """
+    from datasets import Dataset
+    from transformers import TrainerCallback
+
+    reward_fn = reward_fn or exp.reward_fn()
     renderer = Renderer(tok, spec.env_class)
     rows = [{"prompt": renderer.messages(t), "task": t.to_json()} for t in train_tasks]
     stats = _StepStats()
@@ -276,21 +307,10 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
         model=model, reward_funcs=[agentlab_reward],
         args=grpo_config(exp, run.path / "checkpoints", **(trainer_overrides or {})),
         train_dataset=Dataset.from_list(rows), processing_class=tok,
-        peft_config=None if (init_adapter or backend == "unsloth") else lora_config(exp.lora_r),
-        rollout_func=make_rollout_func(spec, tok, train_tasks, exp, run, stats, reward_fn, engine), callbacks=[Recorder(), nonfinite_guard(stats, exp.max_nonfinite)])
-    if not resume:
-        checkpoint_eval(0)
-    trainer.train(resume_from_checkpoint=resume)
-    if stats.skipped_in_row >= exp.max_nonfinite:
-        raise TrainingDiverged(
-            f"GRPO stopped at step {trainer.state.global_step}: {stats.skipped_in_row} updates in a row had non-finite "
-            f"gradients and were skipped (see skipped_nonfinite_update in {run.metrics_file}); lower the learning "
-            f"rate or check the reward, then resume from the last checkpoint")
-    if trainer.accelerator.is_main_process:
-        trainer.accelerator.unwrap_model(trainer.model).save_pretrained(run.path / "adapter")
-        run.mark_finished({"steps": exp.steps, "adapter": run.rel(run.path / "adapter")})
-    trainer.accelerator.wait_for_everyone()
-    return run
+        peft_config=peft_config,
+        rollout_func=make_rollout_func(spec, tok, train_tasks, exp, run, stats, reward_fn, engine),
+        callbacks=[Recorder(), nonfinite_guard(stats, exp.max_nonfinite), *callbacks])
+    return trainer, stats, checkpoint_eval
 
 
 def _tracking_env(report_to: tuple[str, ...]) -> None:

@@ -46,14 +46,17 @@ def greedy_eval_setup(args, split: str):
     return spec, spec.make_tasks(split, args.n, seed=0), model, tok
 
 
-def timed_greedy(model, tok, spec, tasks, args, batch_size: int, precision: str = "auto", backend: str = "torch"):
-    """Greedy episodes of ``tasks`` with ``args``' budgets, as ``agentlab eval`` runs them: ``(episodes, seconds)``."""
+def timed_greedy(model, tok, spec, tasks, args, batch_size: int, precision: str = "auto", backend: str = "torch",
+                 engine=None):
+    """Greedy episodes of ``tasks`` with ``args``' budgets, as ``agentlab eval`` runs them: ``(episodes, seconds)``.
+    ``engine(model, tok, config, greedy, seed)``: the ``GenerateFn`` factory (default: ``backend``'s)."""
     from agentlab.rollout import LoopConfig, run_episodes
 
     cfg = LoopConfig(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, temperature=0,
                      batch_size=batch_size, precision=precision, backend=backend)
     t0 = time.perf_counter()
-    episodes = run_episodes(model, tok, spec, tasks, config=cfg, greedy=True, progress=False)
+    generate = engine(model, tok, cfg, True, 0) if engine else None
+    episodes = run_episodes(model, tok, spec, tasks, config=cfg, greedy=True, progress=False, generate_fn=generate)
     return episodes, time.perf_counter() - t0
 
 

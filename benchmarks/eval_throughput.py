@@ -34,7 +34,6 @@ import argparse
 import json
 import statistics
 import sys
-from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -42,51 +41,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 TARGETS = {"lookup": 60, "product_finder": 120}
 
 
-@contextmanager
-def reference_decoding():
-    """Decode with transformers' own path (see the module docstring) while the block runs."""
-    from agentlab import trl_compat
-    from agentlab.engines import torch as hf_engine
-
-    saved = hf_engine.decode_cache, hf_engine._fold_lm_head_input, hf_engine.gqa_prefill
-
-    def unfold(model):
-        head = model.get_output_embeddings()
-        if getattr(head, "_agentlab_folds", None) is not None:
-            head._agentlab_folds.remove()
-            head._agentlab_folds = None
-
-    def stock_attention(model):
-        if model.config._attn_implementation == trl_compat.GQA_PREFILL:
-            model.set_attn_implementation("sdpa")
-        return False
-
-    hf_engine.decode_cache = lambda prefix, rows, capacity: None
-    hf_engine._fold_lm_head_input = unfold
-    hf_engine.gqa_prefill = stock_attention
-    try:
-        yield
-    finally:
-        hf_engine.decode_cache, hf_engine._fold_lm_head_input, hf_engine.gqa_prefill = saved
-
-
-@contextmanager
-def fresh_streams():
-    """llama.cpp rows start from the shared prefix every call (no reuse of a row's earlier turns) while the block
-    runs."""
+def engine_of(name: str):
+    """The ``GenerateFn`` factory of a configuration, passed to the loop (nothing patched)."""
     from agentlab.engines import llamacpp
+    from agentlab.engines.torch import hf_generate_fn
 
-    place = llamacpp.Engine._place
-
-    def forget(self, seqs, shared):
-        self.held = [[] for _ in self.held]
-        return place(self, seqs, shared)
-
-    llamacpp.Engine._place = forget
-    try:
-        yield
-    finally:
-        llamacpp.Engine._place = place
+    return {"reference": lambda *args: hf_generate_fn(*args, levers=False),
+            "agentlab": hf_generate_fn,
+            "llama_cpp": llamacpp.generate_fn,
+            "llama_cpp_fresh": lambda *args: llamacpp.generate_fn(*args, keep_streams=False)}[name]
 
 
 def main(argv=None) -> dict:
@@ -110,10 +73,7 @@ def main(argv=None) -> dict:
     rows, texts = [], {}
     for r in range(a.rounds):
         for name in configs if r % 2 == 0 else configs[::-1]:
-            patch = {"reference": reference_decoding, "llama_cpp_fresh": fresh_streams}.get(name, nullcontext)
-            with patch():
-                eps, dt = timed_greedy(model, tok, spec, tasks, a, a.batch_size,
-                                       backend="llama_cpp" if name.startswith("llama_cpp") else "torch")
+            eps, dt = timed_greedy(model, tok, spec, tasks, a, a.batch_size, engine=engine_of(name))
             s = summarize(eps)
             rows.append({"config": name, "round": r, "episodes": len(eps), "seconds": dt,
                          "episodes_per_min": 60 * len(eps) / dt, "mean_turns": s["turns"]["mean"],

@@ -47,15 +47,7 @@ def make_trainer(kind: str, steps: int, adapter: str | None, tmp: Path, callback
     from agentlab.models import load_policy
     from agentlab.rollout import Renderer
     from agentlab.runs import RunDir
-    from agentlab.train import (
-        Experiment,
-        _StepStats,
-        agent_trainer_class,
-        agentlab_reward,
-        grpo_config,
-        lora_config,
-        make_rollout_func,
-    )
+    from agentlab.train import Experiment, build_trainer, lora_config
 
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     spec = load("lookup")
@@ -76,15 +68,12 @@ def make_trainer(kind: str, steps: int, adapter: str | None, tmp: Path, callback
                           save_strategy="no", logging_steps=1, seed=0)
         trainer = GRPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
                               environment_factory=spec.env_class, peft_config=peft, callbacks=list(callbacks))
-    else:
+    else:  # the trainer users train with (recorder, non-finite guard), without checkpoints
         run = RunDir(tmp)
         run.prepare(exp, overwrite=True)
-        args = grpo_config(exp, tmp / "ck", save_strategy="no")
-        stats = _StepStats()
-        trainer = agent_trainer_class()(
-            model=model, reward_funcs=[agentlab_reward], args=args, train_dataset=Dataset.from_list(rows),
-            processing_class=tok, peft_config=peft, rollout_func=make_rollout_func(spec, tok, tasks, exp, run, stats),
-            callbacks=list(callbacks))
+        trainer, _, _ = build_trainer(exp, spec, model, tok, tasks, [], run, peft_config=peft,
+                                      trainer_overrides={"save_strategy": "no"},
+                                      callbacks=callbacks)
     return trainer, spec, tasks, exp
 
 

@@ -93,15 +93,15 @@ def test_the_readme_table_bolds_only_differences_whose_interval_is_above_zero():
     assert lines[3].endswith("| +0.000 [-0.100, +0.100] |")
 
 
-def test_the_eval_benchmark_reference_turns_the_decoding_levers_off_for_its_block_only(tiny):
-    """eval_throughput's `reference` must decode on transformers' own path (generate's own cache, no folded head,
-    its SDPA attention) with the same tokens, and leave agentlab's path in place afterwards."""
+def test_the_eval_benchmark_reference_decodes_on_transformers_own_path_and_back(tiny):
+    """eval_throughput's `reference` engine decodes on transformers' own path (generate's own cache, no folded head,
+    its SDPA attention) with the same tokens, on the same model, and `agentlab`'s engine puts the levers back:
+    configurations alternate on one model, chosen by the engine passed in (nothing patched)."""
     import copy
 
-    from eval_throughput import reference_decoding
+    from eval_throughput import engine_of
 
     from agentlab import trl_compat
-    from agentlab.engines import torch as hf_engine
     from agentlab.envs import load
     from agentlab.rollout import LoopConfig, Renderer
 
@@ -111,15 +111,13 @@ def test_the_eval_benchmark_reference_turns_the_decoding_levers_off_for_its_bloc
     seqs = [Renderer(tok, spec.env_class).prompt_ids(t) for t in spec.make_tasks("test", 3, seed=1)]
     seqs[0] = seqs[0] + seqs[0][-3:]
     cfg = LoopConfig(max_new_tokens=3, temperature=0, precision="fp32")
-    before = hf_engine.decode_cache, hf_engine._fold_lm_head_input, hf_engine.gqa_prefill
-    with reference_decoding():
-        reference = hf_engine.hf_generate_fn(model, tok, cfg, greedy=True, seed=0)(seqs)
-        assert hf_engine.decode_cache(None, 2, 8) is None
-        assert getattr(model.get_output_embeddings(), "_agentlab_folds", None) is None
-        assert model.config._attn_implementation == "sdpa"
-    assert (hf_engine.decode_cache, hf_engine._fold_lm_head_input, hf_engine.gqa_prefill) == before
-    assert hf_engine.hf_generate_fn(model, tok, cfg, greedy=True, seed=0)(seqs) == reference
+    ours = engine_of("agentlab")(model, tok, cfg, True, 0)(seqs)
     assert model.get_output_embeddings()._agentlab_folds is not None
+    assert model.config._attn_implementation == trl_compat.GQA_PREFILL
+    reference = engine_of("reference")(model, tok, cfg, True, 0)(seqs)
+    assert getattr(model.get_output_embeddings(), "_agentlab_folds", None) is None
+    assert model.config._attn_implementation == "sdpa"
+    assert reference == ours == engine_of("agentlab")(model, tok, cfg, True, 0)(seqs)
     assert model.config._attn_implementation == trl_compat.GQA_PREFILL
 
 
@@ -139,3 +137,14 @@ def test_the_readme_study_table_is_the_results_file_rendered():
     root = Path(__file__).parent.parent
     table = markdown_table(json.loads((root / "benchmarks/results/rl_vs_sft.json").read_text()))
     assert table.count("\n") >= 4 and table in (root / "README.md").read_text()
+
+
+def test_the_grpo_step_benchmark_times_the_trainer_users_train_with(tmp_path):
+    """benchmarks/grpo_step.py's agentlab trainer comes from train.build_trainer, so the step it times carries the
+    metrics recorder and the non-finite-update guard (it used to rebuild the trainer from private parts, without)."""
+    from grpo_step import make_trainer
+
+    trainer, _, _, exp = make_trainer("agentlab", 1, None, tmp_path)
+    names = {type(c).__name__ for c in trainer.callback_handler.callbacks}
+    assert {"Recorder", "NonFiniteGuard"} <= names, names
+    assert trainer.args.max_steps == exp.steps == 1 and trainer.args.save_strategy == "no"

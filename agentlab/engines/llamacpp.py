@@ -62,6 +62,7 @@ class Engine:
         L = _require()
         _quiet(L)
         self.L = L
+        self.keep_streams = True  # a row keeps its stream across calls (_place)
         self.n_seq, self.n_ctx_seq = n_seq, n_ctx_seq
         mparams = L.llama_model_default_params()
         self.model = L.llama_model_load_from_file(str(gguf_path).encode(), mparams)
@@ -193,6 +194,8 @@ class Engine:
         stream cut back to a shorter common start (a new episode whose question begins like the last one's)
         decoded twice as slowly afterwards (1012 against 455 ms a step at 48 rows; measured, cause not found)."""
         L = self.L
+        if not self.keep_streams:  # every row from the prefix stream (the side-by-side measure of the reuse)
+            self.held = [[] for _ in self.held]
         streams, starts = [-1] * len(seqs), [shared] * len(seqs)
         free = set(range(self.n_seq))
         for j, s in enumerate(seqs):  # the longest free stream whose tokens all begin this row
@@ -300,9 +303,12 @@ def engine_for(model, config, source_gguf: str | Path | None = None) -> Engine:
     return state["engine"]
 
 
-def generate_fn(model, tokenizer, config, greedy: bool, seed: int, source_gguf: str | Path | None = None):
-    """A ``GenerateFn`` for ``run_episodes`` that decodes ``model``'s current weights with llama.cpp."""
+def generate_fn(model, tokenizer, config, greedy: bool, seed: int, source_gguf: str | Path | None = None,
+                keep_streams: bool = True):
+    """A ``GenerateFn`` for ``run_episodes`` that decodes ``model``'s current weights with llama.cpp.
+    ``keep_streams=False``: every call starts each row from the shared prefix (``Engine._place``'s reuse off)."""
     engine = engine_for(model, config, source_gguf)
+    engine.keep_streams = keep_streams
     calls = [0]
 
     def generate(seqs: list[list[int]]) -> list[list[int]]:

@@ -11,7 +11,7 @@ from agentlab.trl_compat import cache_of, decode_cache, gqa_prefill
 
 
 def hf_generate_fn(model, tokenizer, config, greedy: bool, seed: int,
-                   prefix_cache: bool = True) -> GenerateFn:
+                   prefix_cache: bool = True, levers: bool = True) -> GenerateFn:
     """Batched ``model.generate``; each sequence is cut after its first EOS.
 
     Prefix caching (why): every episode starts with the same system prompt and tool schemas (~370 of the ~400 prompt
@@ -22,6 +22,10 @@ def hf_generate_fn(model, tokenizer, config, greedy: bool, seed: int,
 
     Precision: ``config.precision`` "auto" decodes with a bf16 copy of the weights (LoRA merged in) on CPUs with
     bf16 hardware (``agentlab.precision.for_generation``), fp32 ``model`` itself elsewhere.
+
+    ``levers=False`` decodes as transformers does on its own (its growing cache, the LM head on a strided input, SDPA
+    copying the key/value heads in a padded prefill): the reference ``benchmarks/eval_throughput.py`` measures
+    the levers (``decode_cache``, ``_fold_lm_head_input``, ``gqa_prefill``) against, on the same model.
     """
     import copy
 
@@ -30,8 +34,11 @@ def hf_generate_fn(model, tokenizer, config, greedy: bool, seed: int,
     from agentlab.precision import for_generation
 
     model = for_generation(model, config.precision)
-    _fold_lm_head_input(model)
-    gqa_prefill(model)
+    if levers:
+        _fold_lm_head_input(model)
+        gqa_prefill(model)
+    else:
+        _stock_decoding(model)
     calls = [0]
     cached: dict = {}
 
@@ -51,7 +58,7 @@ def hf_generate_fn(model, tokenizer, config, greedy: bool, seed: int,
         attn = torch.tensor([[1] * shared + [0] * (width - len(r)) + [1] * len(r) for r in rests])
         kwargs = {}
         prefix = encode_prefix(tuple(seqs[0][:shared])) if shared else None
-        past = decode_cache(prefix, len(seqs), shared + width + config.max_new_tokens)
+        past = decode_cache(prefix, len(seqs), shared + width + config.max_new_tokens) if levers else None
         if past is None and prefix is not None:  # the couplings are off: repeat a copy of the prefix's cache
             past = copy.deepcopy(prefix)
             past.batch_repeat_interleave(len(seqs))
@@ -72,6 +79,18 @@ def hf_generate_fn(model, tokenizer, config, greedy: bool, seed: int,
         return result
 
     return generate
+
+
+def _stock_decoding(model) -> None:
+    """Undo the decoding levers on ``model``: the LM head's fold hook removed, transformers' SDPA attention back."""
+    from agentlab.trl_compat import GQA_PREFILL
+
+    head = model.get_output_embeddings()
+    if getattr(head, "_agentlab_folds", None) is not None:
+        head._agentlab_folds.remove()
+        head._agentlab_folds = None
+    if model.config._attn_implementation == GQA_PREFILL:
+        model.set_attn_implementation("sdpa")
 
 
 def _fold_lm_head_input(model) -> None:
