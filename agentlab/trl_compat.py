@@ -34,8 +34,11 @@ coupling                        internals it relies on                          
 ``decode_cache``                ``DynamicLayer``'s ``update``/``keys``/``values``   generate's own ``DynamicCache``
                                 and ``Cache.layer_class_to_replicate``             (copies the cache every token)
 ``gqa_prefill``                 ``AttentionInterface``/``AttentionMaskInterface``  transformers' SDPA (copies the
-                                registration; ``sdpa_attention_forward``'s        key/value heads per query head
-                                signature; ``sdpa_mask``                          in a padded prefill)
+``stock_attention``             registration; ``sdpa_attention_forward``'s        key/value heads per query head
+                                signature; ``sdpa_mask``; ``config._attn_impl…``  in a padded prefill)
+``trainer_metrics``             ``GRPOTrainer._metrics["train"]``                 none (benchmarks only)
+``generate_and_score``          ``GRPOTrainer._generate_and_score_completions``   none (benchmarks only)
+``per_token_logps_and_…``       ``GRPOTrainer._get_per_token_logps_and_entropies`` none (benchmarks only)
 ==============================  ===============================================  =================================
 
 Each coupling has a test against the pinned versions (``tests/test_train.py``, ``tests/test_precision.py``,
@@ -251,6 +254,29 @@ def gqa_prefill(model) -> bool:
     AttentionMaskInterface.register(GQA_PREFILL, sdpa_mask)
     model.set_attn_implementation(GQA_PREFILL)
     return True
+
+
+def stock_attention(model) -> None:
+    """Undo :func:`gqa_prefill`: transformers' own SDPA attention (the reference a benchmark measures against)."""
+    if model.config._attn_implementation == GQA_PREFILL:
+        model.set_attn_implementation("sdpa")
+
+
+def trainer_metrics(trainer) -> dict:
+    """What TRL's trainer has gathered to log for training (``GRPOTrainer._metrics["train"]``: name -> values)."""
+    return trainer._metrics["train"]
+
+
+def generate_and_score(trainer, batch: list[dict]) -> dict:
+    """TRL's own generation of a batch, tools and scoring included (``_generate_and_score_completions``): what a
+    step of ``GRPOTrainer(environment_factory=...)`` spends before its forward (``benchmarks/rollout_throughput``)."""
+    return trainer._generate_and_score_completions(batch)
+
+
+def per_token_logps_and_entropies(trainer, *args, **kwargs):
+    """The training forward of a GRPO trainer (``_get_per_token_logps_and_entropies``; ours when the couplings are
+    on, TRL's otherwise), for ``benchmarks/train_forward``."""
+    return trainer._get_per_token_logps_and_entropies(*args, **kwargs)
 
 
 def _gqa_prefill_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,

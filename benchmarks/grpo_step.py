@@ -92,6 +92,8 @@ def parse_kind(kind: str) -> tuple[str, dict]:
 def worker(kind: str, steps: int, adapter: str | None, out: str) -> None:
     from transformers import TrainerCallback
 
+    from agentlab.trl_compat import trainer_metrics
+
     times: list[float] = []
 
     class Clock(TrainerCallback):
@@ -106,7 +108,7 @@ def worker(kind: str, steps: int, adapter: str | None, out: str) -> None:
     trainer, _, _, _ = make_trainer(name, steps, adapter, tmp, [Clock()], **overrides)
     args = trainer.args
     trainer.train()
-    split = {k: v for k, v in trainer._metrics["train"].items() if k.startswith("profiling")}
+    split = {k: v for k, v in trainer_metrics(trainer).items() if k.startswith("profiling")}
     if name == "agentlab":
         split = {"timing_last_step": dict(trainer.timing)}
     Path(out).write_text(json.dumps({
@@ -114,7 +116,7 @@ def worker(kind: str, steps: int, adapter: str | None, out: str) -> None:
         "gradient_checkpointing": bool(args.gradient_checkpointing), "beta": args.beta, "bf16": bool(args.bf16),
         "micro_batch": args.per_device_train_batch_size,
         "profiling": {k: (statistics.fmean(v) if isinstance(v, list) else v) for k, v in split.items() if v},
-        "reward": trainer._metrics["train"].get("reward", [])}))
+        "reward": trainer_metrics(trainer).get("reward", [])}))
     shutil.rmtree(tmp, ignore_errors=True)
 
 

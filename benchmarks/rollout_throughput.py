@@ -32,9 +32,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 
 def trl_round(trainer, rows: list[dict], group_size: int) -> tuple[float, int]:
+    from agentlab.trl_compat import generate_and_score
+
     batch = [row for row in rows for _ in range(group_size)]
     t0 = time.perf_counter()
-    out = trainer._generate_and_score_completions(batch)
+    out = generate_and_score(trainer, batch)
     dt = time.perf_counter() - t0
     mask = out["completion_mask"] * out["tool_mask"] if "tool_mask" in out else out["completion_mask"]
     return dt, int(mask.sum())

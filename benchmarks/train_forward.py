@@ -80,6 +80,7 @@ def grpo_rounds(batch: list[dict], rounds: int) -> dict:
     from agentlab.experiment import Experiment, _threads, grpo_config, lora_config
     from agentlab.models import DEFAULT_MODEL, load_policy
     from agentlab.train import agent_trainer_class, agentlab_reward
+    from agentlab.trl_compat import per_token_logps_and_entropies
 
     _threads()
     ids, att, mask, K = trl_layout(batch)
@@ -105,7 +106,7 @@ def grpo_rounds(batch: list[dict], rounds: int) -> dict:
             model.zero_grad()
             t0 = time.perf_counter()
             with trainer.accelerator.autocast():  # both in the trainer's precision (bf16 where the CPU has it)
-                out, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, att, K, compute_entropy=True)
+                out, _, _ = per_token_logps_and_entropies(trainer, model, ids, att, K, compute_entropy=True)
             t1 = time.perf_counter()
             ((out * mask).sum() / mask.sum()).backward()
             t2 = time.perf_counter()

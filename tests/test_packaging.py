@@ -94,3 +94,44 @@ def test_no_import_climbs_a_layer_or_forms_a_circle():
                 if other != me and other in rank and rank[other] >= rank[me]:
                     climbs.append(f"{path.relative_to(ROOT)}:{node.lineno} {me} -> {other}")
     assert climbs == [], climbs
+
+
+# Private names of other libraries used outside trl_compat, each with its reason and fallback.
+FOREIGN_PRIVATE_ALLOWED = {
+    # torch's CPU capability probes (no public API); precision.cpu_has_fast_bf16 falls back to "no bf16" without them
+    "agentlab/precision.py": {"_is_amx_tile_supported", "_is_avx512_bf16_supported"},
+}
+
+
+def test_library_internals_are_reached_only_through_trl_compat():
+    """A private attribute (``x._name``) that agentlab does not define itself is another library's internal: it is
+    read in ``trl_compat.py`` only (its table lists each with a fallback), never in the package or the benchmarks —
+    function-level code included (``trainer._metrics`` in a benchmark, ``config._attn_implementation`` in an engine
+    were found this way)."""
+    import ast
+
+    files = [p for d in ("agentlab", "benchmarks") for p in (ROOT / d).rglob("*.py")]
+    trees = {p: ast.parse(p.read_text()) for p in files}
+    ours = set()  # names agentlab defines or sets itself (not trl_compat's settings on library objects)
+    for path, tree in trees.items():
+        if path.name == "trl_compat.py":
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                ours.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                ours.add(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                ours.add(node.attr)
+            elif isinstance(node, ast.alias):
+                ours.add(node.asname or node.name.split(".")[-1])
+    found = []
+    for path, tree in trees.items():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == "agentlab/trl_compat.py":
+            continue
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and node.attr not in ours and node.attr not in FOREIGN_PRIVATE_ALLOWED.get(rel, ())):
+                found.append(f"{rel}:{node.lineno} .{node.attr}")
+    assert found == [], found

@@ -83,14 +83,13 @@ def hf_generate_fn(model, tokenizer, config, greedy: bool, seed: int,
 
 def _stock_decoding(model) -> None:
     """Undo the decoding levers on ``model``: the LM head's fold hook removed, transformers' SDPA attention back."""
-    from agentlab.trl_compat import GQA_PREFILL
+    from agentlab.trl_compat import stock_attention
 
     head = model.get_output_embeddings()
     if getattr(head, "_agentlab_folds", None) is not None:
         head._agentlab_folds.remove()
         head._agentlab_folds = None
-    if model.config._attn_implementation == GQA_PREFILL:
-        model.set_attn_implementation("sdpa")
+    stock_attention(model)
 
 
 def _fold_lm_head_input(model) -> None:
