@@ -134,6 +134,7 @@ class _Live:
     prompt_ids: list[int]
     completion_ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
+    logprobs: list[float] | None = field(default_factory=list)  # the engine's, per token (None: not reported)
     started: float = field(default_factory=time.perf_counter)
     tool_s: float = 0.0
     gen_s: float = 0.0
@@ -158,6 +159,8 @@ def _finish(live: _Live, spec: EnvSpec, exit_reason: str, infra: bool, reward_fn
     ep.reward, ep.reward_terms = float(total), dict(terms)
     ep.timings = {"total_s": time.perf_counter() - live.started, "generate_s": live.gen_s, "tools_s": live.tool_s}
     ep.tokens = {"prompt_ids": live.prompt_ids, "completion_ids": live.completion_ids, "mask": live.mask}
+    if live.logprobs is not None and live.completion_ids:
+        ep.tokens["logprobs"] = live.logprobs  # the behaviour policy's, when the engine reported them (vLLM)
     return ep
 
 
@@ -172,6 +175,8 @@ def _step(live: _Live, new_ids: list[int], renderer: Renderer, spec: EnvSpec, co
     ep.turns.append(turn)
     live.completion_ids += new_ids
     live.mask += [1] * len(new_ids)
+    drawn = getattr(new_ids, "logprobs", None)
+    live.logprobs = live.logprobs + drawn if live.logprobs is not None and drawn is not None else None
     calls = parsed.get("tool_calls") or []
     if not calls:
         turn.off_form = "<tool_call>" in text
@@ -202,6 +207,8 @@ def _step(live: _Live, new_ids: list[int], renderer: Renderer, spec: EnvSpec, co
         return _finish(live, spec, "context", False, reward_fn, config)
     live.completion_ids += suffix
     live.mask += [0] * len(suffix)
+    if live.logprobs is not None:
+        live.logprobs += [0.0] * len(suffix)  # tool tokens are never trained; 0.0 as TRL's own tool loop fills them
     turn.n_context = len(suffix)
     return None
 

@@ -140,10 +140,13 @@ def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: 
         # completion, so it gets one EOS, masked (never trained; its reward is None as an infra episode).
         completions = [(ep.tokens["completion_ids"], ep.tokens["mask"]) if ep.tokens["completion_ids"]
                        else ([tokenizer.eos_token_id], [0]) for ep in episodes]
+        # The behaviour log-probs where the engine reported them (vLLM: TRL's importance-sampling correction, on by
+        # default, subtracts them from the trainer's); an episode without a completion gets its EOS's 0.0, as masked.
+        drawn = [ep.tokens.get("logprobs") if ep.tokens["completion_ids"] else [0.0] for ep in episodes]
         return {
             "prompt_ids": [ep.tokens["prompt_ids"] for ep in episodes],
             "completion_ids": [c for c, _ in completions],
-            "logprobs": None,
+            "logprobs": drawn if all(lp is not None for lp in drawn) else None,
             "env_mask": [m for _, m in completions],
             "agentlab_reward": trainer_rewards(episodes),
         }

@@ -512,19 +512,24 @@ def vllm_generate_fn(trainer, max_new_tokens: int):
     call (otherwise vLLM would decode up to the run's whole budget, 8192 tokens in the recipe, before our loop cut
     the turn) and restored after. A TRL coupling, checked against 1.16; the cut below stays as the safety net.
     """
+    from agentlab.engines.base import Sampled
+
     eos = trainer.processing_class.eos_token_id
 
     def generate(seqs: list[list[int]]) -> list[list[int]]:
         engine = trainer.vllm_generation
         saved, engine.max_completion_length = engine.max_completion_length, max_new_tokens
         try:
-            _, completions, _, _ = engine.generate(prompts=seqs, images=None, num_generations=1)
+            _, completions, logprobs, _ = engine.generate(prompts=seqs, images=None, num_generations=1)
         finally:
             engine.max_completion_length = saved
         out = []
-        for ids in completions:
+        for ids, lps in zip(completions, logprobs or [None] * len(completions), strict=True):
             ids = list(ids)[:max_new_tokens]
-            out.append(ids[: ids.index(eos) + 1] if eos in ids else ids)
+            ids = ids[: ids.index(eos) + 1] if eos in ids else ids
+            # per token, the sampled token's log-prob first (vLLM's None for a NaN: TRL maps it back and ignores it)
+            out.append(ids if lps is None else
+                       Sampled(ids, [float("nan") if lp[0] is None else lp[0] for lp in lps[: len(ids)]]))
         return out
 
     return generate

@@ -99,3 +99,43 @@ def test_vllm_turns_are_capped_at_the_source():
     out = vllm_generate_fn(trainer, max_new_tokens=48)([[1, 2, 3], [4]])
     assert seen == [48] and trainer.vllm_generation.max_completion_length == 8192
     assert [len(o) for o in out] == [48, 48]
+
+
+def test_vllm_logprobs_reach_trl_aligned_with_the_completion(tiny, tmp_path):
+    """TRL's importance-sampling correction for vLLM generation (on by default) subtracts the sampler's log-probs
+    from the trainer's: our rollout must hand them over, one per completion token (tool-result tokens 0.0, as TRL's
+    own tool loop fills them), not ``None``. The stand-in engine answers the way TRL's ``vllm_generation.generate``
+    does: ``(prompt_ids, completion_ids, logprobs[row][token][rank], token_ids)``."""
+    from types import SimpleNamespace
+
+    from agentlab.engines.scripted import scripted_generate_fn
+    from agentlab.envs import load
+    from agentlab.rollout import Renderer
+    from agentlab.runs import RunDir
+    from agentlab.train import Experiment, _StepStats, make_rollout_func
+
+    model, tok = tiny
+    spec = load("lookup")
+    tasks = spec.make_tasks("train", 2, seed=0)
+    renderer = Renderer(tok, spec.env_class)
+    expert = scripted_generate_fn(renderer, tasks, spec.expert)
+
+    class Engine:
+        max_completion_length = 1024
+
+        def generate(self, prompts, images, num_generations):
+            ids = expert(prompts)
+            return prompts, ids, [[[-0.25 - 0.01 * i] for i in range(len(row))] for row in ids], None
+
+    exp = Experiment(env="lookup", model="tiny-random", groups_per_step=2, group_size=2)
+    trainer = SimpleNamespace(vllm_generation=Engine(), use_vllm=True, processing_class=tok, model=model,
+                              state=SimpleNamespace(global_step=0),
+                              accelerator=SimpleNamespace(process_index=0, is_main_process=True, unwrap_model=lambda m: m))
+    stats = _StepStats()
+    out = make_rollout_func(spec, tok, tasks, exp, RunDir(tmp_path), stats)(
+        [renderer.messages(t) for t in tasks for _ in range(2)], trainer)
+    assert out["logprobs"] is not None and len(out["logprobs"]) == 4
+    for lps, ids, mask in zip(out["logprobs"], out["completion_ids"], out["env_mask"], strict=True):
+        assert len(lps) == len(ids) == len(mask)
+        assert all(lp == 0.0 for lp, m in zip(lps, mask) if not m) and all(lp < 0 for lp, m in zip(lps, mask) if m)
+    assert all(ep.success == 1.0 for ep in stats.episodes)

@@ -13,9 +13,9 @@ tests and demonstrations). An engine must follow weight updates and state its ag
 
 from __future__ import annotations
 
-from agentlab.engines.base import KINDS, GenerateFn, common_prefix
+from agentlab.engines.base import KINDS, GenerateFn, Sampled, common_prefix
 
-__all__ = ["KINDS", "GenerateFn", "common_prefix", "make"]
+__all__ = ["KINDS", "GenerateFn", "Sampled", "common_prefix", "make"]
 
 
 def make(kind: str, model, tokenizer, config, greedy: bool, seed: int) -> GenerateFn:

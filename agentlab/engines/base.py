@@ -13,6 +13,17 @@ GenerateFn = Callable[[list[list[int]]], list[list[int]]]
 KINDS = ("torch", "llama_cpp")
 
 
+class Sampled(list):
+    """One row's new tokens, with the log-probability the engine drew each with (``.logprobs``), for engines that
+    report them (vLLM): the behaviour policy's log-probs, which TRL's importance-sampling correction needs."""
+
+    def __init__(self, ids, logprobs):
+        super().__init__(ids)
+        self.logprobs = list(logprobs)
+        if len(self.logprobs) != len(self):
+            raise ValueError(f"{len(self)} tokens but {len(self.logprobs)} log-probs")
+
+
 def common_prefix(seqs: list[list[int]]) -> int:
     """Leading tokens all ``seqs`` share, each row keeping one of its own (both engines encode them once)."""
     n = min(map(len, seqs)) - 1
