@@ -44,7 +44,7 @@ def load_policy(name_or_path: str = DEFAULT_MODEL, *, backend: str = "hf", adapt
     loads through Unsloth's FastLanguageModel on CUDA (see ``load_unsloth``).
     """
     if backend == "unsloth":
-        return load_unsloth(name_or_path, recipe=recipe, **backend_kwargs)
+        return load_unsloth(name_or_path, recipe=recipe, adapter=adapter, **backend_kwargs)
     if backend != "hf":
         raise ValueError(f"unknown backend {backend!r}; expected 'hf' or 'unsloth'")
     if name_or_path == DEFAULT_MODEL:
@@ -249,8 +249,9 @@ def _require_cuda(what: str) -> None:
                            f"backend='hf' (the default) with the shipped '{DEFAULT_MODEL}'.")
 
 
-def load_unsloth(name_or_path: str, recipe: str | None = None, **overrides):
-    """Load through Unsloth's FastLanguageModel (4-bit or 16-bit) and wrap it with LoRA, on CUDA only."""
+def load_unsloth(name_or_path: str, recipe: str | None = None, adapter: str | Path | None = None, **overrides):
+    """Load through Unsloth's FastLanguageModel (4-bit or 16-bit) with one trainable LoRA, on CUDA only: the
+    recipe's fresh LoRA, or ``adapter`` (an SFT start) instead of it — never both, one on top of the other."""
     _require_cuda("backend='unsloth'")
     try:
         from unsloth import FastLanguageModel
@@ -260,7 +261,12 @@ def load_unsloth(name_or_path: str, recipe: str | None = None, **overrides):
     cfg = {**cfg, **overrides}
     lora = cfg.pop("lora", {"r": 16, "lora_alpha": 32})
     model, tok = FastLanguageModel.from_pretrained(model_name=name_or_path, **cfg)
-    model = FastLanguageModel.get_peft_model(model, **lora)
+    if adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
+    else:
+        model = FastLanguageModel.get_peft_model(model, **lora)
     return model, prepare_tokenizer(tok)
 
 

@@ -139,3 +139,38 @@ def test_vllm_logprobs_reach_trl_aligned_with_the_completion(tiny, tmp_path):
         assert len(lps) == len(ids) == len(mask)
         assert all(lp == 0.0 for lp, m in zip(lps, mask) if not m) and all(lp < 0 for lp, m in zip(lps, mask) if m)
     assert all(ep.success == 1.0 for ep in stats.episodes)
+
+
+def test_unsloth_with_an_init_adapter_trains_that_one_lora(tmp_path):
+    """With Unsloth, the loader applies the SFT start as the one trainable LoRA; run_grpo must not wrap a second
+    LoRA around it (it did: load_unsloth added the recipe's LoRA, then PeftModel.from_pretrained wrapped another).
+    The stand-in loader does what load_unsloth does, on the tiny CPU model."""
+    from peft import PeftModel, get_peft_model
+    from safetensors import safe_open
+
+    from agentlab.envs import load
+    from agentlab.experiment import lora_config
+    from agentlab.models import load_policy
+    from agentlab.runs import RunDir
+    from agentlab.train import run_grpo
+
+    init = tmp_path / "init"
+    get_peft_model(load_policy("tiny-random")[0], lora_config(4)).save_pretrained(init)
+    calls = []
+
+    def loader(name, backend, recipe, adapter=None):
+        calls.append((backend, adapter))
+        model, tok = load_policy("tiny-random")
+        return (PeftModel.from_pretrained(model, str(adapter), is_trainable=True) if adapter else model), tok
+
+    spec = load("lookup")
+    exp = Experiment(name="unsloth-stand-in", model="tiny-random", env="lookup", steps=1, eval_every=1, eval_tasks=2,
+                     groups_per_step=1, group_size=2, max_new_tokens=8, lora_r=4)
+    run = run_grpo(exp, spec.make_tasks("train", 4), spec.make_tasks("validation", 2), init_adapter=init,
+                   run=RunDir(tmp_path / "run"), backend="unsloth", loader=loader)
+    assert calls == [("unsloth", init)]
+
+    def lora_keys(folder):
+        with safe_open(str(folder / "adapter_model.safetensors"), "pt") as f:
+            return sorted(f.keys())
+    assert lora_keys(run.path / "adapter") == lora_keys(init)  # the same one LoRA, trained; no LoRA inside a LoRA
