@@ -111,7 +111,7 @@ def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: 
         seed = exp.seed * 100_003 + step + 1_000_003 * rank
         generate_fn = engine(model, tokenizer, config, False, seed) if engine else None
         if getattr(trainer, "use_vllm", False):  # GPU: TRL's vLLM engine, weights synced by TRL before this call
-            from agentlab.trl_compat import vllm_generate_fn
+            from agentlab.engines.vllm import vllm_generate_fn
 
             generate_fn = vllm_generate_fn(trainer, exp.max_new_tokens)
         observe = None

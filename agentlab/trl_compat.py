@@ -26,7 +26,7 @@ coupling                        internals it relies on                          
 ``tool_suffix_ids``             the method of TRL's ``_get_tool_suffix_ids``,      none: token identity is tested
                                 re-implemented (TRL's is a trainer method)        (``tests/test_rollout.py``)
 ``parse_response``              ``trl.chat_template_utils.parse_response``         none
-``vllm_generate_fn``            ``trainer.vllm_generation.generate`` and its       none (GPU only)
+``engines.vllm``                ``trainer.vllm_generation.generate`` and its       none (GPU only)
                                 ``max_completion_length`` attribute
 ``trl_reward_func``             ``environments=``/``log_metric=`` keywords of      none: only for TRL's own
                                 ``GRPOTrainer._calculate_rewards``                 ``environment_factory`` loop
@@ -501,38 +501,6 @@ def parse_response(tok, new_ids: list[int], prefix: list[int], tools: list) -> d
 
 
 # -- vLLM (GPU) ----------------------------------------------------------------------------------------------------
-
-
-def vllm_generate_fn(trainer, max_new_tokens: int):
-    """Our loop's generate function on TRL's vLLM engine (colocated or server), with the trainer's weights.
-
-    TRL syncs the policy weights into vLLM before each ``rollout_func`` call; we only ask it for one
-    continuation per live episode. ``max_new_tokens`` caps each turn at the source: TRL 1.16's engine reads its
-    ``max_completion_length`` on every call as vLLM's ``max_tokens``, so it is set to the per-turn budget for the
-    call (otherwise vLLM would decode up to the run's whole budget, 8192 tokens in the recipe, before our loop cut
-    the turn) and restored after. A TRL coupling, checked against 1.16; the cut below stays as the safety net.
-    """
-    from agentlab.engines.base import Sampled
-
-    eos = trainer.processing_class.eos_token_id
-
-    def generate(seqs: list[list[int]]) -> list[list[int]]:
-        engine = trainer.vllm_generation
-        saved, engine.max_completion_length = engine.max_completion_length, max_new_tokens
-        try:
-            _, completions, logprobs, _ = engine.generate(prompts=seqs, images=None, num_generations=1)
-        finally:
-            engine.max_completion_length = saved
-        out = []
-        for ids, lps in zip(completions, logprobs or [None] * len(completions), strict=True):
-            ids = list(ids)[:max_new_tokens]
-            ids = ids[: ids.index(eos) + 1] if eos in ids else ids
-            # per token, the sampled token's log-prob first (vLLM's None for a NaN: TRL maps it back and ignores it)
-            out.append(ids if lps is None else
-                       Sampled(ids, [float("nan") if lp[0] is None else lp[0] for lp in lps[: len(ids)]]))
-        return out
-
-    return generate
 
 
 # -- TRL's own environment_factory loop -----------------------------------------------------------------------------------------------

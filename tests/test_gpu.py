@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from agentlab import gpu
+from agentlab.engines.vllm import vllm_generate_fn
 from agentlab.train import Experiment, grpo_kwargs
-from agentlab.trl_compat import vllm_generate_fn
 
 RECIPE = "qwen3-4b-instruct-2507"
 

@@ -54,6 +54,13 @@ def test_fallback_trains_through_trls_own_forward(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["shared_prefix_logps", "agent_trainer_class", "tool_suffix_ids", "parse_response",
-                                  "vllm_generate_fn", "trl_reward_func", "cache_of"])
+                                  "trl_reward_func", "cache_of", "stock_attention", "trainer_metrics"])
 def test_each_coupling_lives_here_and_is_listed(name):
     assert callable(getattr(trl_compat, name)) and f"``{name}``" in trl_compat.__doc__
+
+
+def test_the_vllm_engine_is_listed_among_the_couplings():
+    """vLLM's engine lives with the other engines (agentlab/engines/vllm.py); its TRL coupling is in the table."""
+    from agentlab.engines import vllm
+
+    assert callable(vllm.vllm_generate_fn) and "``engines.vllm``" in trl_compat.__doc__

@@ -7,7 +7,7 @@
 A ``GenerateFn`` maps token sequences (one per live episode) to the new tokens of each; ``rollout.run_episodes``
 calls one per turn and takes any (``generate_fn=``): the torch engine (:mod:`agentlab.engines.torch`, transformers'
 ``generate`` with a shared-prefix cache), llama.cpp (:mod:`agentlab.engines.llamacpp`, the CPU rollout engine), vLLM on GPUs
-(``trl_compat.vllm_generate_fn``) and a scripted policy replayed as tokens (:mod:`agentlab.engines.scripted`, for
+(:mod:`agentlab.engines.vllm`) and a scripted policy replayed as tokens (:mod:`agentlab.engines.scripted`, for
 tests and demonstrations). An engine must follow weight updates and state its agreement with the torch path.
 """
 
