@@ -1,5 +1,7 @@
 """Every tutorial notebook runs top to bottom in smoke mode (AGENTLAB_SMOKE=1: tiny model, tiny sizes)."""
 
+import time
+import warnings
 from pathlib import Path
 
 import nbformat
@@ -16,6 +18,20 @@ def test_notebook_runs_in_smoke_mode(path, tmp_path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = nbformat.read(path, as_version=4)
     assert any("parameters" in c.metadata.get("tags", []) for c in nb.cells), "needs a parameters cell"
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    started, slow = {}, []
+
+    def start(cell, cell_index, **_):
+        started[cell_index] = time.perf_counter()
+
+    def done(cell, cell_index, **_):
+        if (seconds := time.perf_counter() - started[cell_index]) > 60:
+            slow.append(f"cell {cell_index}: {seconds:.0f} s")
+
+    t0 = time.perf_counter()
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}},
+                   on_cell_start=start, on_cell_executed=done).execute()
+    if time.perf_counter() - t0 > 120:  # a smoke run takes seconds; say where a slow one spent its time
+        warnings.warn(f"{path.name} took {time.perf_counter() - t0:.0f} s in smoke mode; slow cells: {slow or 'none'}",
+                      stacklevel=1)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
