@@ -85,13 +85,20 @@ def _cmd_sft(a) -> int:
     a.env = resolve_env(a)
     from agentlab.envs import load
 
+    if not a.demos.isdigit():  # a user's own demonstrations, rendered for this environment
+        from agentlab.demos import load_demos
+
+        demos = load_demos(load(a.env), a.demos)
+        adapter = run_sft(a.model, demos, RunDir(a.name).path, SFTSettings(steps=a.steps, lr=a.lr, seed=a.seed))
+        print(f"SFT on {len(demos)} demonstrations from {shown(a.demos)} -> {shown(adapter)}")
+        return 0
     if load(a.env).expert is None:
-        raise ValueError(f"environment {a.env!r} has no scripted expert, so there are no demonstrations to SFT on; "
-                         f"evaluate it (agentlab eval) or train it with GRPO (agentlab train) directly")
+        raise ValueError(f"environment {a.env!r} has no scripted expert to write demonstrations: give your own "
+                         f"with --demos FILE.jsonl (conversations in TRL's format: agentlab.demos)")
     demos_file = tasks_dir(a.env) / "demos.jsonl"
     if not demos_file.exists():
         raise SystemExit(f"{demos_file} does not exist; run `agentlab synth --env {a.env}` first")
-    demos = [json.loads(line) for line in demos_file.read_text().splitlines()][: a.demos]
+    demos = [json.loads(line) for line in demos_file.read_text().splitlines()][: int(a.demos)]
     system = load(a.env).env_class.system_prompt
     foreign = [d.get("task_id", "?") for d in demos if d["messages"][0].get("content") != system]
     if foreign:
@@ -277,7 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", default="lookup", help=ENV_HELP)
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--name", default="sft")
-    p.add_argument("--demos", type=int, default=48)
+    p.add_argument("--demos", default="48", metavar="N|FILE.jsonl",
+                   help="how many of the synthesised expert demonstrations (default 48), or your own file of "
+                        "conversations in TRL's format, checked against the environment's tools (agentlab.demos)")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)

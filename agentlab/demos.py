@@ -1,0 +1,99 @@
+"""Demonstrations a user brings: conversational rows in TRL's format, checked against an environment's tools and
+rendered exactly as the agent loop will show them.
+
+    agentlab sft --env my_env.py:MyEnv --tasks rows.jsonl --demos my_demos.jsonl
+    from agentlab.demos import load_demos
+    rows = load_demos(spec, "my_demos.jsonl")       # ready for run_sft
+
+A row is ``{"messages": [...]}`` (``tools`` may be given; the environment's own are used): a user message with
+the task, then assistant messages with ``tool_calls`` (``{"type": "function", "function": {"name", "arguments"}}``,
+arguments as an object or a JSON string) and ``tool`` messages with the results — ground-truth calls, logged
+traces, a stronger model's transcripts. A system message in the row is replaced by the environment's system prompt
+(the one the loop shows, which a user need not know), and the tools are rendered from the environment's methods in
+TRL's order, so SFT trains on exactly the text the policy will see. A call to a tool the environment lacks, or with
+an argument its tool does not take, is refused naming the file and line: nothing is trained on a guess.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+from agentlab.synth import tool_schemas
+from agentlab.types import EnvSpec, tool_names
+
+
+def _calls(message: dict, where: str) -> list[tuple[str, dict]]:
+    out = []
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function", call) if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise ValueError(f"{where}: a tool call needs a function name, got {str(call)[:80]!r}")  # noqa: TRY004 (bad input: the CLI's one line)
+        args = fn.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args or "{}")
+            except json.JSONDecodeError:
+                raise ValueError(f"{where}: arguments of {fn['name']!r} are not JSON: {args[:80]!r}") from None
+        if not isinstance(args, dict):
+            raise ValueError(  # noqa: TRY004 (bad input, reported as the CLI's one line)
+                f"{where}: arguments of {fn['name']!r} must be an object, got {type(args).__name__}")
+        out.append((fn["name"], args))
+    return out
+
+
+def check_row(spec: EnvSpec, row: dict, where: str) -> list[dict]:
+    """The row's messages as the loop renders them (the environment's system prompt, normalised tool calls), or a
+    ``ValueError`` naming ``where`` (``file:line``) and what is wrong."""
+    messages = row.get("messages") if isinstance(row, dict) else None
+    if not isinstance(messages, list) or not messages:
+        raise ValueError(f"{where}: expected an object with a non-empty 'messages' list")
+    tools = set(tool_names(spec.env_class))
+    out = [{"role": "system", "content": spec.env_class.system_prompt}]
+    for message in messages:
+        role = message.get("role") if isinstance(message, dict) else None
+        if role == "system":
+            continue
+        if role not in ("user", "assistant", "tool"):
+            raise ValueError(f"{where}: unknown message role {role!r}; expected user, assistant or tool")
+        if role != "assistant" or not message.get("tool_calls"):
+            out.append({k: v for k, v in message.items() if k in ("role", "content", "name")})
+            continue
+        calls = []
+        for name, args in _calls(message, where):
+            if name not in tools:
+                raise ValueError(f"{where}: unknown tool {name!r}; {spec.name}'s tools: {', '.join(sorted(tools))}")
+            params = inspect.signature(getattr(spec.env_class, name)).parameters
+            unknown = sorted(set(args) - set(params) - {"self"})
+            if unknown:
+                raise ValueError(f"{where}: {name} takes no argument {', '.join(map(repr, unknown))}; its "
+                                 f"arguments: {', '.join(p for p in params if p != 'self')}")
+            calls.append({"type": "function", "function": {"name": name, "arguments": args}})
+        out.append({"role": "assistant", "content": message.get("content") or "", "tool_calls": calls})
+    if out[1:2] and out[1]["role"] != "user":
+        raise ValueError(f"{where}: the first message after the system prompt must be the user's task")
+    if not any(m.get("tool_calls") for m in out):
+        raise ValueError(f"{where}: no assistant tool call to learn from")
+    return out
+
+
+def load_demos(spec: EnvSpec, path: str | Path) -> list[dict]:
+    """Every row of ``path`` checked and rendered for ``spec`` (``expert_demos``' row shape, ready for ``run_sft``)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"demonstrations file {path} does not exist")
+    tools = json.dumps(tool_schemas(spec.env_class))
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        rows.append({"messages": check_row(spec, row, f"{path}:{number}"), "tools": tools,
+                     "task_id": f"{path.name}:{number}"})
+    if not rows:
+        raise ValueError(f"{path}: no demonstrations in it")
+    return rows
