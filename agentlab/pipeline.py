@@ -59,8 +59,8 @@ def load_split(env: str, split: str, folder: Path | None = None) -> list:
 
     name = load(env).name  # an unknown environment is named as such, before any file is looked for
     path = (folder or tasks_dir(env)) / f"{split}.jsonl"
-    quickstart = _quickstart_tasks(name) / f"{split}.jsonl"
-    if not path.exists() and folder is None and quickstart.exists():
+    quickstart = _quickstart_split(name, split) if folder is None and not path.exists() else None
+    if quickstart is not None:
         # a newcomer's next command after `make quickstart`: its tasks live in its run folder, not in data/tasks
         print(f"{shown(path)} does not exist: using the quickstart's {split} split ({shown(quickstart)}); "
               f"`agentlab synth --env {env}` writes {shown(path.parent)}", flush=True)
@@ -70,13 +70,14 @@ def load_split(env: str, split: str, folder: Path | None = None) -> list:
     return load_tasks(path, env=name)
 
 
-def _quickstart_tasks(env_name: str) -> Path:
-    """The quickstart's task folder when its run is of ``env_name`` (else a folder that does not exist)."""
+def _quickstart_split(env_name: str, split: str) -> Path | None:
+    """The quickstart's ``split`` file, when the quickstart ran on ``env_name`` (else ``None``)."""
     from agentlab.paths import QUICKSTART_RUN, runs_dir
 
     run = runs_dir() / QUICKSTART_RUN
-    same = (run / "config.json").exists() and json.loads((run / "config.json").read_text()).get("env") == env_name
-    return run / "tasks" if same else run / "no-such-tasks"
+    config = json.loads((run / "config.json").read_text()) if (run / "config.json").exists() else {}
+    found = run / "tasks" / f"{split}.jsonl"
+    return found if config.get("env") == env_name and found.exists() else None
 
 
 def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str | None = None, samples: int = 1,
