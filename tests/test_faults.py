@@ -152,7 +152,13 @@ def test_flaky_generation_and_judge_raise_infra_kinds_deterministically():
 def test_a_grpo_run_under_faults_never_crashes_loses_nothing_and_blames_infra(kind, tmp_path):
     """The reliability table's measurement, small: every fault that outlives its retries is infra, nothing else is,
     and the run folder holds every rollout and metric line exactly once."""
-    row = faults.reliability_case(kind, 0.5, tmp_path / "r", steps=2)
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))  # the study lives with the benchmarks
+    from reliability import reliability_case
+
+    row = reliability_case(kind, 0.5, tmp_path / "r", steps=2)
     assert not row["crashed"], row["crash"]
     assert row["faults_injected"] > 0 and row["broken_by_faults"] > 0  # the faults really struck
     assert row["attributed_to_infra"] == 1.0 and row["mislabelled_infra"] == 0
