@@ -1,4 +1,4 @@
-"""``agentlab`` command line: ``quickstart | compare | synth | sft | train | sweep | eval | preflight | envs``.
+"""``agentlab`` command line: ``quickstart | compare | synth | sft | replay | train | sweep | eval | preflight | envs``.
 
 Each subcommand is a thin wrapper over a library call, so everything here can also be done from a notebook:
 
@@ -106,6 +106,26 @@ def _cmd_sft(a) -> int:
                          f"prompt differs, e.g. task {foreign[0]}); run `agentlab synth --env {a.env}` again")
     adapter = run_sft(a.model, demos, RunDir(a.name).path, SFTSettings(steps=a.steps, lr=a.lr, seed=a.seed))
     print(f"SFT adapter -> {shown(adapter)}")
+    return 0
+
+
+def _cmd_replay(a) -> int:
+    from agentlab.demos import replay
+    from agentlab.envs import load
+    from agentlab.runs import write_jsonl
+
+    spec = load(resolve_env(a))
+    tasks = spec.make_tasks(a.split, a.n)
+    rows, failures = replay(spec, tasks, a.column, final=a.final)
+    for f in failures[:20]:
+        print(f"  not kept: {f['why']}")
+    if len(failures) > 20:
+        print(f"  ... and {len(failures) - 20} more")
+    if not rows:
+        raise ValueError(f"no replay of the {len(tasks)} {a.split} tasks succeeded; nothing written to {a.out}")
+    write_jsonl(Path(a.out), rows)
+    print(f"{len(rows)} of {len(tasks)} {a.split} tasks replayed into demonstrations -> {shown(a.out)} "
+          f"({len(failures)} not kept, listed above); train on them: agentlab sft --env {a.env} --demos {a.out}")
     return 0
 
 
@@ -224,9 +244,15 @@ def _cmd_envs(a) -> int:
 
 def _cmd_compare(a) -> int:
     from agentlab.compare import ARMS, CompareConfig, run_compare
+    from agentlab.envs import load
 
+    if a.env:
+        a.env = resolve_env(a)
     cfg = CompareConfig.from_text(vars(a), smoke=a.smoke)
     arms = tuple(x for x in a.arms.split(",") if x) if a.arms else ARMS
+    if not a.arms and load(cfg.env).expert is None:  # sft_all is SFT on the scripted expert's demonstrations
+        arms = tuple(x for x in ARMS if x != "sft_all")
+        print(f"{cfg.env} has no scripted expert: the sft_all reference is left out", flush=True)
     run_compare(cfg, arms=arms, overwrite=a.overwrite)
     return 0
 
@@ -266,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             p.add_argument(flag, type=field_type(f), default=None, help=f"default {f.default}")
     p.add_argument("--arms", default=None, help=f"comma-separated subset of {','.join(ARMS)} (default: all)")
+    _add_trl_class_args(p)
     p.add_argument("--smoke", action="store_true", help="tiny model and sizes (about a minute; for CI)")
     p.add_argument("--overwrite", action="store_true", help="start the comparison's run folder again")
     p.set_defaults(func=_cmd_compare)
@@ -292,6 +319,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     _add_trl_class_args(p)
     p.set_defaults(func=_cmd_sft)
+
+    p = sub.add_parser("replay", help="demonstrations from ground-truth calls in your task rows, played through "
+                                      "the environment and kept where its verifier says success")
+    p.add_argument("--env", required=True, help=ENV_HELP)
+    p.add_argument("--column", default="calls", help="the row column holding each task's calls (default: calls)")
+    p.add_argument("--split", default="train", choices=["train", "validation", "test"])
+    p.add_argument("--n", type=int, default=100_000, help="at most this many tasks of the split")
+    p.add_argument("--final", default="", help="the closing assistant message where the environment has no final tool")
+    p.add_argument("--out", required=True, metavar="DEMOS.jsonl")
+    _add_trl_class_args(p)
+    p.set_defaults(func=_cmd_replay)
 
     p = sub.add_parser("train", help="LoRA GRPO (resumes from the last checkpoint of --name)")
     for f in dataclasses.fields(Experiment):

@@ -47,7 +47,7 @@ class Comparison:
 
         self.cfg, self.spec, self.engine = cfg, load(cfg.env), engine  # engine: a GenerateFn factory, or None
         self.run = RunDir(cfg.name)
-        self.run.prepare(cfg, overwrite=overwrite, defaults={"rollout_backend": "torch"})  # older runs resume
+        self.run.prepare(cfg, overwrite=overwrite, defaults={"rollout_backend": "torch", "select": "success", "demos": ""})  # older runs resume
         self.tried: list[dict] = []
         self.seconds: dict[str, float] = self.run.read_json("seconds.json") or {}
 
@@ -73,6 +73,14 @@ class Comparison:
         return evaluate(self.cfg.model, self.cfg.env, tasks, folder, adapter=str(adapter) if adapter else None,
                         loop=self.cfg.eval_loop(), label=label, reuse=True, engine=self.engine)
 
+    def figure(self, summary: dict) -> dict:
+        """A summary's validation figure as ``tried.json`` records it: success with its CI, and the selected
+        figure's mean when the comparison selects on another (``CompareConfig.select``)."""
+        point = success_entry(summary)
+        if self.cfg.select != "success":
+            point[self.cfg.select] = summary[self.cfg.select]["mean"]
+        return point
+
     def adapter(self, choice: dict) -> Path:
         """The adapter a choice names (stored relative to the comparison's folder, ``RunDir.rel``)."""
         return self.run.resolve(choice["adapter"])
@@ -86,13 +94,20 @@ class Comparison:
         from agentlab.synth import build_splits, expert_demos, load_tasks, save_splits
 
         folder = self.run.path / "tasks"
-        if not (folder / "demos_all.jsonl").exists():
+        if not (folder / "demos.jsonl").exists():
             c = self.cfg
             splits = build_splits(self.spec, {"train": c.train, "validation": c.validation, "test": c.test},
                                   seed=c.seed)
             save_splits(splits, folder)
-            write_jsonl(folder / "demos.jsonl", regime_demos(self.spec, c.regime, splits["train"]))
-            write_jsonl(folder / "demos_all.jsonl", expert_demos(self.spec, splits["train"][: c.sft_all_demos]))
+            if self.spec.expert is not None:  # sft_all's demonstrations; an environment without an expert has none
+                write_jsonl(folder / "demos_all.jsonl", expert_demos(self.spec, splits["train"][: c.sft_all_demos]))
+            if c.demos:  # the user's own, checked and rendered for this environment (agentlab.demos)
+                from agentlab.demos import load_demos
+
+                mine = load_demos(self.spec, c.demos)
+            else:
+                mine = regime_demos(self.spec, c.regime, splits["train"])
+            write_jsonl(folder / "demos.jsonl", mine)  # written last: its presence says the stage is done
         return {s: load_tasks(folder / f"{s}.jsonl") for s in ("train", "validation", "test")}
 
     def demos(self, which: str = "demos") -> list[dict]:
@@ -117,10 +132,10 @@ class Comparison:
             folder = adapter.parent
             summary = self._timed(f"{arm}_lr={lr:g}_steps={s}_validation", self.evaluate,
                                   folder / f"validation-step-{s}", adapter, val, f"{arm} lr={lr:g} steps={s}")
-            regime = self.cfg.regime if arm != "sft_all" else f"expert:{self.cfg.sft_all_demos}"
-            point = {"arm": arm, "regime": regime, "lr": lr, "steps": s, "validation": success_entry(summary)}
+            regime = self.cfg.data() if arm != "sft_all" else f"expert:{self.cfg.sft_all_demos}"
+            point = {"arm": arm, "regime": regime, "lr": lr, "steps": s, "validation": self.figure(summary)}
             self._tried(point)
-            key = (point["validation"]["success"], -s, -lr)
+            key = (point["validation"][self.cfg.select], -s, -lr)
             if best is None or key > best[0]:
                 best = (key, point, adapter)
                 return True
@@ -163,11 +178,11 @@ class Comparison:
                      engine=self.engine)
         evals = [e for e in grpo_run.evals() if e["step"] > 0]
         for e in evals:
-            self._tried({"arm": "grpo", "regime": self.cfg.regime, "lr": self.cfg.grpo_lr, "steps": e["step"],
-                               "validation": success_entry(e)})
-        best = max(evals, key=lambda e: (e["success"]["mean"], -e["step"]))
+            self._tried({"arm": "grpo", "regime": self.cfg.data(), "lr": self.cfg.grpo_lr, "steps": e["step"],
+                               "validation": self.figure(e)})
+        best = max(evals, key=lambda e: (e[self.cfg.select]["mean"], -e["step"]))
         seconds = sum(m.get("time_step_s") or 0.0 for m in grpo_run.metrics())
-        choice = {"step": best["step"], "validation": success_entry(best), "train_seconds": round(seconds, 1),
+        choice = {"step": best["step"], "validation": self.figure(best), "train_seconds": round(seconds, 1),
                   "adapter": self.run.rel(grpo_run.path / "checkpoints" / f"checkpoint-{best['step']}")}
         self.run.write_json("grpo/choice.json", choice)
         return choice
@@ -190,9 +205,9 @@ class Comparison:
                 adapter = folder / "adapter"
             scored = self._timed(f"{arm}_steps={s}_validation", self.evaluate, folder / f"validation-step-{s}",
                                  adapter, val, f"{arm} steps={s}")
-            point = {"arm": arm, "regime": self.cfg.regime, "lr": lr, "steps": s, "validation": success_entry(scored)}
+            point = {"arm": arm, "regime": self.cfg.data(), "lr": lr, "steps": s, "validation": self.figure(scored)}
             self._tried(point)
-            if best is None or point["validation"]["success"] > best[0]["validation"]["success"]:
+            if best is None or point["validation"][self.cfg.select] > best[0]["validation"][self.cfg.select]:
                 best = (point, adapter)
         point, adapter = best
         return {"adapter": self.run.rel(adapter), "extra_steps": point["steps"], "validation": point["validation"],
@@ -266,6 +281,7 @@ def run_compare(cfg: CompareConfig, arms: tuple[str, ...] = ARMS, overwrite: boo
     """Run (or resume) every arm of ``cfg``, evaluate each once on test, write ``result.json`` and ``result.png``.
     ``engine(model, tok, config, greedy, seed) -> GenerateFn`` decodes every evaluation and GRPO's rollouts instead
     of ``cfg.rollout_backend`` (rft's sampling too)."""
+    from agentlab.envs import load
     from agentlab.evals import paired_bootstrap_ci, read_rollouts
 
     bad = set(arms) - set(ARMS)
@@ -273,11 +289,14 @@ def run_compare(cfg: CompareConfig, arms: tuple[str, ...] = ARMS, overwrite: boo
         raise ValueError(f"arms {sorted(bad) or list(arms)}: expected a subset of {list(ARMS)} including 'sft_best'")
     if any(a in arms for a in ("sft_matched", "rft")) and "grpo" not in arms:
         raise ValueError("sft_matched and rft are matched to GRPO's wall-clock: include 'grpo' in the arms")
+    if "sft_all" in arms and load(cfg.env).expert is None:
+        raise ValueError(f"arm sft_all needs a scripted expert, and {cfg.env!r} has none: leave it out "
+                         f"(--arms {','.join(a for a in arms if a != 'sft_all')})")
     cmp = Comparison(cfg, overwrite=overwrite, engine=engine)
     splits = cmp._timed("tasks", cmp.tasks)
     val, test = splits["validation"], splits["test"]
     policies: dict[str, dict] = {}
-    _say(f"[{cfg.name}] SFT search on {len(cmp.demos())} {cfg.regime} demonstrations: lr {cfg.sft_lrs} x steps "
+    _say(f"[{cfg.name}] SFT search on {len(cmp.demos())} {cfg.data()} demonstrations: lr {cfg.sft_lrs} x steps "
          f"{cfg.sft_steps}, chosen on {len(val)} validation tasks")
     best = cmp.sft_search("sft_best", cmp.demos(), cfg.sft_lrs, val)
     policies["sft_best"] = best
@@ -308,7 +327,7 @@ def run_compare(cfg: CompareConfig, arms: tuple[str, ...] = ARMS, overwrite: boo
                 low, high = paired_bootstrap_ci(episodes[arm], episodes["grpo"])
                 diffs[f"grpo_minus_{arm}"] = {"mean": results["grpo"]["success"] - results[arm]["success"],
                                               "ci_low": low, "ci_high": high}
-    result = {"env": cfg.env, "regime": cfg.regime, "seed": cfg.seed, "n": len(test), **results, **diffs,
+    result = {"env": cfg.env, "regime": cfg.data(), "seed": cfg.seed, "n": len(test), **results, **diffs,
               "choices": policies, "tried": cmp.tried, "seconds": cmp.seconds, "config": asdict(cfg)}
     cmp.run.write_json("result.json", result)
     from agentlab.plots import plot_comparison

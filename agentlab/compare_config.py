@@ -7,11 +7,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from agentlab.rollout import EVAL_BATCH, LoopConfig
 from agentlab.synth import parse_regime
 
 ARMS = ("sft_best", "grpo", "sft_matched", "rft", "sft_all")
+SELECT = ("success", "reward")  # summaries of agentlab.evals.summarize hold both, each as {"mean", "ci_low", ...}
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,7 @@ class CompareConfig:
     name: str = "compare"
     env: str = "product_finder"
     regime: str = "cheap:64"            # "<kind>:<n demonstrations>", kind in agentlab.synth.REGIMES
+    demos: str = ""                     # your own demonstrations (JSONL, agentlab.demos) instead of the regime's
     seed: int = 0                       # task synthesis, SFT data order, GRPO and RFT sampling
     model: str = "smollm2-135m"
     train: int = 1000                   # GRPO's and RFT's tasks; the regime's demonstrations come from them too
@@ -41,6 +44,8 @@ class CompareConfig:
     max_context: int | None = None
     sft_all_demos: int = 256
     rollout_backend: str = "torch"      # CPU decoding of GRPO's rollouts and every evaluation: "torch" or "llama_cpp"
+    select: str = "success"             # the validation figure every choice maximises: "success" or "reward" (the
+                                        # environment's reward, e.g. doc_search's F4, which GRPO also maximises)
 
     def __post_init__(self):
         from agentlab.envs import load
@@ -56,6 +61,10 @@ class CompareConfig:
         for name in ("train", "validation", "test", "grpo_steps", "eval_every", "sft_all_demos", "sft_batch"):
             if getattr(self, name) < 1:
                 errors.append(f"{name}={getattr(self, name)} must be >= 1")
+        if self.demos and not Path(self.demos).is_file():
+            errors.append(f"demos={self.demos}: no such file")
+        if self.select not in SELECT:
+            errors.append(f"select={self.select!r}: expected one of {', '.join(SELECT)}")
         if self.eval_every > self.grpo_steps:
             errors.append(f"eval_every={self.eval_every} exceeds grpo_steps={self.grpo_steps}: no GRPO checkpoint "
                           f"would be evaluated")
@@ -81,6 +90,14 @@ class CompareConfig:
 
         values = typed_fields(cls, given)
         return cls.smoke(**values) if smoke else cls(**values)
+
+    def data(self) -> str:
+        """What SFT learns from, as reports name it: the regime, or ``own:<file name>``.
+
+        >>> CompareConfig(demos="/data/mine.jsonl").data(), CompareConfig().data()
+        ('own:mine.jsonl', 'cheap:64')
+        """
+        return f"own:{Path(self.demos).name}" if self.demos else self.regime
 
     def experiment(self):
         from agentlab.train import Experiment

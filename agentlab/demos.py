@@ -97,3 +97,57 @@ def load_demos(spec: EnvSpec, path: str | Path) -> list[dict]:
     if not rows:
         raise ValueError(f"{path}: no demonstrations in it")
     return rows
+
+
+def replay(spec: EnvSpec, tasks: list, calls="calls", final: str = "") -> tuple[list[dict], list[dict]]:
+    """Demonstrations from ground-truth calls a benchmark ships: each task's calls played through the environment.
+
+    ``calls``: the row column holding them (a TRL-style class's row is ``task.answer``), or a function
+    ``task -> calls``; a call is ``{"name", "arguments"}`` or TRL's ``{"type": "function", "function": {...}}``.
+    Each list is played in order on a fresh environment (tool results come from the environment, never from the
+    file) and kept only when the environment's verifier calls the episode a success. Returns ``(rows, failures)``:
+    the rows are ``load_demos``' shape; every task not kept is a failure ``{"task_id", "why"}`` (no calls, an
+    unknown tool or argument, a tool's error, a verifier's no), never dropped silently. Where the environment has
+    no final tool (TRL-style classes end when the model stops calling tools), the conversation ends with an
+    assistant message ``final``, so SFT also teaches the policy to stop.
+    """
+    from agentlab.types import ToolCall, call_tool, prompt_messages
+
+    tools, kept, failures = json.dumps(tool_schemas(spec.env_class)), [], []
+    for task in tasks:
+        where = f"task {task.id}"
+        try:
+            listed = calls(task) if callable(calls) else task.answer.get(calls)
+            if not listed:
+                raise ValueError(f"{where}: no calls to replay" + ("" if callable(calls) else f" in column {calls!r}"))
+            checked = check_row(spec, {"messages": [{"role": "user", "content": task.question},
+                                                    {"role": "assistant", "tool_calls": list(listed)}]}, where)
+        except ValueError as exc:
+            failures.append({"task_id": task.id, "why": str(exc)})
+            continue
+        env = spec.make_env()
+        env.reset(task=task.to_json())
+        messages = [{"role": "system", "content": spec.env_class.system_prompt},
+                    *(env._prompt_messages() or prompt_messages(spec.env_class, task)[1:])]
+        messages = [m for m in messages if m["role"] != "system" or m["content"]]
+        errors = []
+        for c in checked[-1]["tool_calls"]:
+            call = ToolCall(c["function"]["name"], c["function"]["arguments"])
+            result = call_tool(env, call)
+            messages.append(call.as_message())
+            if call.name != spec.env_class.final_tool:
+                messages.append({"role": "tool", "name": call.name, "content": result})
+            if env.outcome.tool_errors > len(errors):
+                errors.append(f"{call.name}: {result[:120]}")
+            if env.done:
+                break
+        if not spec.env_class.final_tool:
+            messages.append({"role": "assistant", "content": final})
+        env._finalize()
+        verdict = spec.evaluate(task, env.outcome)
+        if errors or verdict["success"] < 1.0:
+            why = f"tool error ({errors[0]})" if errors else f"the verifier says no (success {verdict['success']:g})"
+            failures.append({"task_id": task.id, "why": f"{where}: {why}"})
+            continue
+        kept.append({"messages": messages, "tools": tools, "task_id": task.id})
+    return kept, failures

@@ -132,3 +132,35 @@ def test_lookup_cheap_strategy_succeeds_only_sometimes():
     rates = {name: sum(spec.evaluate(t, run_policy(spec, t, policy)[0])["success"] for t in tasks) / len(tasks)
              for name, policy in (("cheap", spec.cheap_policy), ("expert", spec.expert))}
     assert rates["expert"] == 1.0 and 0.0 < rates["cheap"] < 0.2, rates
+
+
+@pytest.mark.parametrize("select, chosen", [("success", 1), ("reward", 2)])
+def test_choices_maximise_the_selected_validation_figure(tmp_path, monkeypatch, select, chosen):
+    """doc_search's GRPO maximises F4, not exact success: a comparison selecting on ``reward`` picks the SFT step
+    count with the higher validation reward even where success ranks the other first (fake scores; the choice is
+    what is under test, not training)."""
+    import agentlab.train
+    from agentlab.compare import Comparison
+
+    monkeypatch.setenv("AGENTLAB_RUNS", str(tmp_path))
+
+    def fake_sft(model, demos, folder, settings, save_at=(), **_):
+        for s in save_at:
+            (folder / f"adapter-step-{s}").mkdir(parents=True)
+            (folder / f"adapter-step-{s}" / "adapter_config.json").write_text("{}")
+
+    scores = {1: (0.5, 0.1), 2: (0.25, 0.9)}  # steps: (success, reward)
+
+    def fake_eval(self, folder, adapter, tasks, label):
+        success, reward = scores[int(str(folder).rsplit("-", 1)[1])]
+        return {"success": {"mean": success, "ci_low": 0.0, "ci_high": 1.0, "n": 4},
+                "reward": {"mean": reward, "ci_low": 0.0, "ci_high": 1.0, "n": 4}}
+
+    monkeypatch.setattr(agentlab.train, "run_sft", fake_sft)
+    monkeypatch.setattr(Comparison, "evaluate", fake_eval)
+    cmp = Comparison(CompareConfig.smoke(name="sel", select=select, sft_lrs=(1e-3,), sft_extend=0))
+    choice = cmp.sft_search("sft_best", [], (1e-3,), [])
+    assert choice["steps"] == chosen
+    assert choice["validation"].get("reward", scores[chosen][1]) == scores[chosen][1]
+    with pytest.raises(ValueError, match="select='f9'"):
+        CompareConfig(select="f9")

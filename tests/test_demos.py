@@ -63,3 +63,23 @@ def test_the_cli_trains_sft_on_a_users_file(tmp_path, monkeypatch, capsys):
                  "--name", "mine"]) == 0
     assert "SFT on 2 demonstrations" in capsys.readouterr().out
     assert (tmp_path / "runs" / "mine" / "adapter" / "adapter_config.json").exists()
+
+
+def test_replayed_calls_equal_the_experts_rows_and_failures_are_listed():
+    """Ground-truth calls played through the environment give exactly the scripted expert's rows (results from the
+    environment); a wrong call list, an unknown tool or a missing column is a listed failure, never a row."""
+    from agentlab.demos import replay
+    from agentlab.types import run_policy
+
+    tasks = SPEC.make_tasks("train", 4, seed=0)
+    truth = {t.id: [{"name": c.name, "arguments": c.arguments} for c, _ in run_policy(SPEC, t, SPEC.expert)[1]]
+             for t in tasks}
+    rows, failures = replay(SPEC, tasks, lambda t: truth[t.id])
+    assert failures == [] and [r["messages"] for r in rows] == [r["messages"] for r in expert_demos(SPEC, tasks)]
+    wrong = {**truth, tasks[1].id: truth[tasks[1].id][:-1] + [{"name": "answer", "arguments": {"value": "Nobody"}}],
+             tasks[2].id: [{"name": "lookup_person", "arguments": {}}]}
+    rows, failures = replay(SPEC, tasks, lambda t: wrong[t.id])
+    assert [r["task_id"] for r in rows] == [tasks[0].id, tasks[3].id]
+    assert [f["task_id"] for f in failures] == [tasks[1].id, tasks[2].id]
+    assert "the verifier says no" in failures[0]["why"] and "unknown tool 'lookup_person'" in failures[1]["why"]
+    assert "no calls to replay in column 'calls'" in replay(SPEC, tasks[:1])[1][0]["why"]

@@ -222,3 +222,44 @@ def test_envs_lists_a_trl_style_class_built_from_its_rows(tmp_path, capsys):
                  "--eval-rows", str(held), "--n", "10"]) == 0
     line = capsys.readouterr().out.splitlines()[-1]
     assert line.startswith("Guess") and "expert - (none)" in line and "(4 test tasks)" in line, line
+
+
+def test_ground_truth_calls_replay_into_demonstrations_and_compare_trains_on_them(tmp_path, capsys, monkeypatch):
+    """The benchmark ships each row's calls: `agentlab replay` plays them through the class (results from the
+    environment), keeps the ones its reward calls a success and lists the rest; `agentlab compare --demos` then
+    warm-starts from that file on a class with no scripted expert (sft_all, which needs one, is left out)."""
+    from agentlab.cli import main
+
+    monkeypatch.setenv("AGENTLAB_RUNS", str(tmp_path / "runs"))
+    data = rows(40)
+    for i, row in enumerate(data):
+        wrong = i == 3  # a row whose shipped answer is wrong: the reward says no, and it is listed
+        row["calls"] = [{"name": "guess", "arguments": {"n": 5}},
+                        {"type": "function", "function": {"name": "guess",
+                                                          "arguments": json.dumps({"n": row["target"] + wrong})}}]
+    (tmp_path / "guess_env.py").write_text(GUESS)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data))
+    ref = [f"{tmp_path / 'guess_env.py'}:Guess", "--tasks", str(tmp_path / "rows.jsonl")]
+    out = tmp_path / "demos.jsonl"
+    assert main(["replay", "--env", *ref, "--out", str(out), "--final", "Found it."]) == 0
+    said = capsys.readouterr().out
+    demos = [json.loads(line) for line in out.read_text().splitlines()]
+    n_train = len(spec_from_class(Guess, data).make_tasks("train", 100))
+    shipped_wrong = data[3]["prompt"][0]["content"]
+    kept_wrong = any(d["messages"][0]["content"].startswith(shipped_wrong) for d in demos)
+    assert not kept_wrong and len(demos) in (n_train, n_train - 1)
+    assert ("the verifier says no" in said) == (len(demos) == n_train - 1)
+    first = demos[0]["messages"]
+    assert [m["role"] for m in first] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert first[0]["content"].endswith(" (between 0 and 9)")  # reset's observation, as the loop shows it
+    assert first[4]["content"] == "correct" and first[-1] == {"role": "assistant", "content": "Found it."}
+    assert first[2]["content"] in ("higher", "lower", "correct")  # from the environment, not the file
+    assert main(["compare", "--env", *ref, "--demos", str(out), "--smoke", "--name", "mine", "--arms",
+                 "sft_best,grpo"]) == 0
+    result = json.loads((tmp_path / "runs" / "mine" / "result.json").read_text())
+    assert result["regime"] == "own:demos.jsonl" and "grpo" in result
+    assert len((tmp_path / "runs" / "mine" / "tasks" / "demos.jsonl").read_text().splitlines()) == len(demos)
+    from agentlab.compare import CompareConfig, run_compare
+
+    with pytest.raises(ValueError, match="sft_all needs a scripted expert, and 'Guess' has none"):
+        run_compare(CompareConfig.smoke(env="Guess", demos=str(out), name="x"), arms=("sft_best", "sft_all"))
