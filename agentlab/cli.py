@@ -30,34 +30,11 @@ ENV_HELP = "a shipped or registered name, path/to/file.py:NAME or package.module
 
 
 def resolve_env(a) -> str:
-    """``--env`` as a loadable name. A TRL-style class (``file.py:Class``) is built into a spec from ``--tasks``
-    rows (and ``--eval-rows`` if given) and registered under its name, so the rest runs as for any environment."""
-    from agentlab.envs import load, register
-    from agentlab.refs import import_object
-    from agentlab.runs import read_jsonl
-    from agentlab.trl_env import is_trl_style, spec_from_class
+    """``--env`` as a loadable name (a TRL-style class built from ``--tasks`` rows: :func:`pipeline.resolve_env`)."""
+    from agentlab.pipeline import resolve_env as resolve
 
-    rows_file = getattr(a, "tasks_rows", None)
-    if ":" not in a.env or not rows_file:
-        load(a.env)  # unknown names fail here, named
-        return a.env
-    cls = import_object(a.env)
-    if not is_trl_style(cls):
-        raise ValueError(f"--tasks {rows_file}: only a TRL-style class takes task rows; {a.env} is not one")
-
-    def rows(path):
-        if not Path(path).exists():
-            raise FileNotFoundError(f"task rows file {path} does not exist")
-        found, torn = read_jsonl(path)
-        if torn:
-            raise ValueError(f"{path}: {torn} line(s) are not JSON objects")
-        return found
-
-    eval_rows = rows(a.eval_tasks_rows) if getattr(a, "eval_tasks_rows", None) else None
-    spec = register(spec_from_class(cls, rows(rows_file), reward_method=a.reward_method,
-                                    success_threshold=a.success_threshold, eval_rows=eval_rows))
-    print(f"{spec.name}: {spec.description}", flush=True)
-    return spec.name
+    return resolve(a.env, getattr(a, "tasks_rows", None), getattr(a, "eval_tasks_rows", None),
+                   getattr(a, "reward_method", None), getattr(a, "success_threshold", 1.0))
 
 
 def _add_trl_class_args(p) -> None:
@@ -117,10 +94,7 @@ def _cmd_replay(a) -> int:
     spec = load(resolve_env(a))
     tasks = spec.make_tasks(a.split, a.n)
     rows, failures = replay(spec, tasks, a.column, final=a.final)
-    for f in failures[:20]:
-        print(f"  not kept: {f['why']}")
-    if len(failures) > 20:
-        print(f"  ... and {len(failures) - 20} more")
+    print("".join(f"  not kept: {f['why']}\n" for f in failures[:20]) + ("  ...\n" if len(failures) > 20 else ""), end="")
     if not rows:
         raise ValueError(f"no replay of the {len(tasks)} {a.split} tasks succeeded; nothing written to {a.out}")
     write_jsonl(Path(a.out), rows)

@@ -242,3 +242,35 @@ def print_comparison(result: dict) -> None:
     for key, d in result.items():
         if key.startswith("grpo_minus_"):
             print(f"  {key:26s} {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] (paired)")
+
+
+def resolve_env(env: str, rows_file: str | None = None, eval_rows_file: str | None = None,
+                reward_method: str | None = None, success_threshold: float = 1.0) -> str:
+    """``env`` as a loadable name. A TRL-style class (``file.py:Class``) is built into a spec from the task rows in
+    ``rows_file`` (and the held-out ``eval_rows_file`` if given) and registered under its name, so the rest runs as
+    for any environment (the command line's ``--env``/``--tasks``/``--eval-rows``)."""
+    from agentlab.envs import load, register
+    from agentlab.refs import import_object
+    from agentlab.runs import read_jsonl
+    from agentlab.trl_env import is_trl_style, spec_from_class
+
+    if ":" not in env or not rows_file:
+        load(env)  # unknown names fail here, named
+        return env
+    cls = import_object(env)
+    if not is_trl_style(cls):
+        raise ValueError(f"--tasks {rows_file}: only a TRL-style class takes task rows; {env} is not one")
+
+    def rows(path):
+        if not Path(path).exists():
+            raise FileNotFoundError(f"task rows file {path} does not exist")
+        found, torn = read_jsonl(path)
+        if torn:
+            raise ValueError(f"{path}: {torn} line(s) are not JSON objects")
+        return found
+
+    eval_rows = rows(eval_rows_file) if eval_rows_file else None
+    spec = register(spec_from_class(cls, rows(rows_file), reward_method=reward_method,
+                                    success_threshold=success_threshold, eval_rows=eval_rows))
+    print(f"{spec.name}: {spec.description}", flush=True)
+    return spec.name
