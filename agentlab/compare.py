@@ -14,6 +14,8 @@ Every arm is evaluated greedily on the same test tasks, once, after its checkpoi
 ``sft_matched``  ``sft_best``'s SFT continued on the same demonstrations for GRPO's training wall-clock
 ``rft``          rejection-sampling fine-tuning from ``sft_best`` for GRPO's wall-clock: sample G rollouts per task,
                  keep the verified successes, SFT on them with the demonstrations (uses the verifier, like GRPO)
+``expert_iteration``  rounds of (sample, keep every distinct verified success, SFT on them) from ``sft_best`` for
+                 GRPO's wall-clock, no demonstrations (``agentlab.verified``)
                (both save as many checkpoints as GRPO is evaluated at, and keep the best on validation, as GRPO does)
 ``sft_all``      a reference, not a baseline: SFT on plentiful expert demonstrations (what the regime withholds)
 ===============  ===================================================================================================
@@ -27,14 +29,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 from agentlab.compare_config import ARMS, CompareConfig
 from agentlab.evals import success_entry
 from agentlab.runs import RunDir, write_jsonl
-from agentlab.synth import episode_sft_row, regime_demos
-from agentlab.types import Episode, Task
+from agentlab.synth import regime_demos
+from agentlab.types import Task
 
 __all__ = ["ARMS", "CompareConfig", "Comparison", "run_compare"]
 
@@ -47,7 +49,7 @@ class Comparison:
 
         self.cfg, self.spec, self.engine = cfg, load(cfg.env), engine  # engine: a GenerateFn factory, or None
         self.run = RunDir(cfg.name)
-        self.run.prepare(cfg, overwrite=overwrite, defaults={"rollout_backend": "torch", "select": "success", "demos": ""})  # older runs resume
+        self.run.prepare(cfg, overwrite=overwrite, defaults={"rollout_backend": "torch", "select": "success", "demos": "", "ei_rounds": 3})  # older runs resume
         self.tried: list[dict] = []
         self.seconds: dict[str, float] = self.run.read_json("seconds.json") or {}
 
@@ -227,54 +229,14 @@ class Comparison:
         return choice
 
     def rft(self, start: dict, budget_s: float, train: list[Task], val: list[Task]) -> dict:
-        """Rejection sampling for half of GRPO's seconds, then SFT on verified successes (one per task) plus the
-        demonstrations for the other half, from ``sft_best``, checkpoints chosen on validation."""
-        from agentlab.evals import read_rollouts, repair_rollouts
-        from agentlab.models import load_policy
-        from agentlab.rollout import run_episodes
-        from agentlab.train import run_sft
+        from agentlab.verified import rft
 
-        folder = self.run.path / "rft"
-        folder.mkdir(parents=True, exist_ok=True)
-        samples_file = folder / "samples.jsonl"
-        if not (folder / "adapter" / "adapter_config.json").exists():
-            episodes, _ = read_rollouts(samples_file) if samples_file.exists() else ([], 0)
-            spent = self.seconds.get("rft_sampling", 0.0)
-            done_ids = {ep.task.id for ep in episodes}
-            todo = [t for t in train if t.id not in done_ids]
-            if spent < budget_s / 2 and todo:
-                model, tok = load_policy(self.cfg.model, adapter=self.adapter(start))
-                loop = replace(self.cfg.eval_loop(), temperature=self.cfg.temperature,
-                               batch_size=self.cfg.groups_per_step * self.cfg.group_size)
-                chunk = self.cfg.groups_per_step
-                repair_rollouts(samples_file)  # a kill mid-write left a torn line: cut it before appending
-                with open(samples_file, "a") as fh:
-                    while spent < budget_s / 2 and todo:
-                        t0 = time.time()
-                        batch, todo = todo[:chunk], todo[chunk:]
-                        seed = self.cfg.seed * 100_003 + len(done_ids)
-                        run_episodes(model, tok, self.spec, batch, samples=self.cfg.group_size, config=loop,
-                                     seed=seed, out=fh, progress=False,
-                                     generate_fn=self.engine(model, tok, loop, False, seed) if self.engine else None)
-                        done_ids.update(t.id for t in batch)
-                        spent += time.time() - t0
-                        self.seconds["rft_sampling"] = round(spent, 1)
-                        self.run.write_json("seconds.json", self.seconds)
-                episodes, _ = read_rollouts(samples_file)
-            kept: dict[str, Episode] = {}
-            for ep in episodes:
-                if ep.success >= 1.0 and ep.failure is None:
-                    kept.setdefault(ep.task.id, ep)
-            rows = self.demos() + [episode_sft_row(ep) for ep in kept.values()]
-            left = max(1.0, budget_s - spent)
-            run_sft(self.cfg.model, rows, folder, self.sft_settings(start["lr"], 100_000),
-                    init_adapter=self.adapter(start), max_seconds=left, save_every_s=left / self.checkpoints())
-            self.run.write_json("rft/pool.json", {"tasks_sampled": len({ep.task.id for ep in episodes}),
-                                                  "episodes": len(episodes), "kept": len(kept),
-                                                  "sampling_s": spent})
-        choice = {**self.choose("rft", folder, start["lr"], val), **self.run.read_json("rft/pool.json")}
-        self.run.write_json("rft/choice.json", choice)
-        return choice
+        return rft(self, start, budget_s, train, val)
+
+    def expert_iteration(self, start: dict, budget_s: float, train: list[Task], val: list[Task]) -> dict:
+        from agentlab.verified import expert_iteration
+
+        return expert_iteration(self, start, budget_s, train, val)
 
 
 def run_compare(cfg: CompareConfig, arms: tuple[str, ...] = ARMS, overwrite: bool = False, engine=None) -> dict:
@@ -287,8 +249,8 @@ def run_compare(cfg: CompareConfig, arms: tuple[str, ...] = ARMS, overwrite: boo
     bad = set(arms) - set(ARMS)
     if bad or "sft_best" not in arms:
         raise ValueError(f"arms {sorted(bad) or list(arms)}: expected a subset of {list(ARMS)} including 'sft_best'")
-    if any(a in arms for a in ("sft_matched", "rft")) and "grpo" not in arms:
-        raise ValueError("sft_matched and rft are matched to GRPO's wall-clock: include 'grpo' in the arms")
+    if any(a in arms for a in ("sft_matched", "rft", "expert_iteration")) and "grpo" not in arms:
+        raise ValueError("sft_matched, rft and expert_iteration are matched to GRPO's wall-clock: include 'grpo' in the arms")
     if "sft_all" in arms and load(cfg.env).expert is None:
         raise ValueError(f"arm sft_all needs a scripted expert, and {cfg.env!r} has none: leave it out "
                          f"(--arms {','.join(a for a in arms if a != 'sft_all')})")
@@ -310,6 +272,11 @@ def run_compare(cfg: CompareConfig, arms: tuple[str, ...] = ARMS, overwrite: boo
         if "rft" in arms:
             _say(f"[{cfg.name}] rft: rejection sampling + SFT for GRPO's {budget:.0f} s")
             policies["rft"] = cmp._timed("rft", cmp.rft, best, budget, splits["train"], val)
+        if "expert_iteration" in arms:
+            _say(f"[{cfg.name}] expert_iteration: {cfg.ei_rounds} rounds of sampling + SFT on verified successes "
+                 f"for GRPO's {budget:.0f} s")
+            policies["expert_iteration"] = cmp._timed("expert_iteration", cmp.expert_iteration, best, budget,
+                                                      splits["train"], val)
     if "sft_all" in arms:
         _say(f"[{cfg.name}] sft_all (reference): {cfg.sft_all_demos} expert demonstrations at lr {best['lr']:g}")
         policies["sft_all"] = cmp.sft_search("sft_all", cmp.demos("demos_all"), (best["lr"],), val)
@@ -322,7 +289,7 @@ def run_compare(cfg: CompareConfig, arms: tuple[str, ...] = ARMS, overwrite: boo
         episodes[arm] = read_rollouts(folder / "rollouts.jsonl")[0]
     diffs = {}
     if "grpo" in results:
-        for arm in ("sft_best", "sft_matched", "rft", "sft_all"):
+        for arm in ("sft_best", "sft_matched", "rft", "expert_iteration", "sft_all"):
             if arm in results:
                 low, high = paired_bootstrap_ci(episodes[arm], episodes["grpo"])
                 diffs[f"grpo_minus_{arm}"] = {"mean": results["grpo"]["success"] - results[arm]["success"],

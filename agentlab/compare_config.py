@@ -12,7 +12,7 @@ from pathlib import Path
 from agentlab.rollout import EVAL_BATCH, LoopConfig
 from agentlab.synth import parse_regime
 
-ARMS = ("sft_best", "grpo", "sft_matched", "rft", "sft_all")
+ARMS = ("sft_best", "grpo", "sft_matched", "rft", "expert_iteration", "sft_all")
 SELECT = ("success", "reward")  # summaries of agentlab.evals.summarize hold both, each as {"mean", "ci_low", ...}
 
 
@@ -43,6 +43,7 @@ class CompareConfig:
     max_new_tokens: int | None = None   # per turn; product_finder's search call with every filter is ~60 tokens
     max_context: int | None = None
     sft_all_demos: int = 256
+    ei_rounds: int = 3                  # expert_iteration's rounds within GRPO's seconds
     rollout_backend: str = "torch"      # CPU decoding of GRPO's rollouts and every evaluation: "torch" or "llama_cpp"
     select: str = "success"             # the validation figure every choice maximises: "success" or "reward" (the
                                         # environment's reward, e.g. doc_search's F4, which GRPO also maximises)
@@ -58,7 +59,8 @@ class CompareConfig:
             errors.append(f"sft_lrs={self.sft_lrs} must be positive learning rates")
         if not self.sft_steps or any(s < 1 for s in self.sft_steps):
             errors.append(f"sft_steps={self.sft_steps} must be positive step counts")
-        for name in ("train", "validation", "test", "grpo_steps", "eval_every", "sft_all_demos", "sft_batch"):
+        for name in ("train", "validation", "test", "grpo_steps", "eval_every", "sft_all_demos", "sft_batch",
+                     "ei_rounds"):
             if getattr(self, name) < 1:
                 errors.append(f"{name}={getattr(self, name)} must be >= 1")
         if self.demos and not Path(self.demos).is_file():
@@ -77,7 +79,7 @@ class CompareConfig:
         return cls(**{"name": "compare-smoke", "env": "lookup", "regime": "expert:8", "model": "tiny-random",
                       "train": 24, "validation": 4, "test": 6, "sft_lrs": (1e-3, 3e-3), "sft_steps": (1, 2),
                       "grpo_steps": 2, "groups_per_step": 1, "group_size": 2, "eval_every": 1,
-                      "max_turns": 2, "max_new_tokens": 8, "sft_all_demos": 8, **overrides})
+                      "max_turns": 2, "max_new_tokens": 8, "sft_all_demos": 8, "ei_rounds": 2, **overrides})
 
     @classmethod
     def from_text(cls, given: dict[str, str | None], smoke: bool = False) -> CompareConfig:

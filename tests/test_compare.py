@@ -72,7 +72,7 @@ def test_every_arm_end_to_end_and_resume(tmp_path, monkeypatch):
     for arm in ARMS:
         e = saved[arm]
         assert 0 <= e["ci_low"] <= e["success"] <= e["ci_high"] <= 1 and e["n"] == cfg.test
-    for arm in ("sft_best", "sft_matched", "rft", "sft_all"):
+    for arm in ("sft_best", "sft_matched", "rft", "expert_iteration", "sft_all"):
         d = saved[f"grpo_minus_{arm}"]
         assert -1 <= d["ci_low"] <= d["mean"] <= d["ci_high"] <= 1
     # the SFT search covered every lr x steps point, each scored on validation
@@ -99,6 +99,12 @@ def test_every_arm_end_to_end_and_resume(tmp_path, monkeypatch):
         assert len(points) >= 1 and {t["steps"] for t in points} <= set(range(1, saved["choices"][arm]["steps_run"] + 1))
         best = max(t["validation"]["success"] for t in points)
         assert saved["choices"][arm]["validation"]["success"] == best
+    # expert iteration: each round scored on validation, the best round kept; within GRPO's seconds (a step over)
+    ei = saved["choices"]["expert_iteration"]
+    rounds = [t for t in saved["tried"] if t["arm"] == "expert_iteration"]
+    assert 1 <= ei["round"] <= len(ei["rounds"]) == len(rounds) <= cfg.ei_rounds
+    assert ei["validation"]["success"] == max(t["validation"]["success"] for t in rounds)
+    assert all(r["kept_total"] >= r["kept_new"] for r in ei["rounds"])
     assert (run / "result.png").stat().st_size > 10_000
     # resume: a finished comparison is read back, not redone
     stamps = {p: p.stat().st_mtime_ns for p in run.rglob("adapter_model.safetensors")}
@@ -164,3 +170,22 @@ def test_choices_maximise_the_selected_validation_figure(tmp_path, monkeypatch, 
     assert choice["validation"].get("reward", scores[chosen][1]) == scores[chosen][1]
     with pytest.raises(ValueError, match="select='f9'"):
         CompareConfig(select="f9")
+
+
+def test_expert_iteration_keeps_every_distinct_verified_success_once(tiny):
+    """Two samples of one task that generated the same tokens are one demonstration; a failure or an infra-failed
+    success is none; a different success of the same task is kept too (rft keeps one per task)."""
+    from dataclasses import replace
+
+    from agentlab.verified import verified
+
+    _, tok = tiny
+    spec = load("lookup")
+    tasks = spec.make_tasks("train", 2, seed=1)
+    eps = run_episodes(None, tok, spec, tasks, progress=False,
+                       generate_fn=scripted_generate_fn(Renderer(tok, spec.env_class), tasks, spec.expert))
+    assert all(ep.success == 1.0 for ep in eps)
+    other = replace(eps[0], tokens={**eps[0].tokens, "completion_ids": [*eps[0].tokens["completion_ids"], 0]})
+    pool = [eps[0], eps[0], other, replace(eps[1], metrics={**eps[1].metrics, "success": 0.0}),
+            replace(eps[1], failure="infra")]
+    assert verified(pool) == [eps[0], other]
