@@ -238,10 +238,10 @@ def print_comparison(result: dict) -> None:
           f"{result['n']} test tasks")
     for arm, e in result.items():
         if isinstance(e, dict) and {"success", "ci_low", "ci_high"} <= e.keys():
-            print(f"  {arm:12s} {e['success']:.3f} [{e['ci_low']:.3f}, {e['ci_high']:.3f}]")
+            print(f"  {arm:16s} {e['success']:.3f} [{e['ci_low']:.3f}, {e['ci_high']:.3f}]")
     for key, d in result.items():
         if key.startswith("grpo_minus_"):
-            print(f"  {key:26s} {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] (paired)")
+            print(f"  {key:30s} {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] (paired)")
 
 
 def resolve_env(env: str, rows_file: str | None = None, eval_rows_file: str | None = None,

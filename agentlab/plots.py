@@ -271,9 +271,9 @@ def plot_comparison(result: dict, grpo_evals: list[dict], path: str | Path | Non
     validation curve against the chosen SFT start."""
     plt = _plt()
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(16, 4.2), gridspec_kw={"width_ratios": [1.3, 1, 1]})
-    arms = [k for k in ("sft_best", "sft_matched", "rft", "grpo", "sft_all") if k in result]
-    palette = {"sft_best": "#4C72B0", "sft_matched": "#64B5CD", "rft": "#CCB974", "grpo": "#55A868",
-               "sft_all": "#8C8C8C"}
+    arms = [k for k in ("sft_best", "sft_matched", "rft", "expert_iteration", "grpo", "sft_all") if k in result]
+    palette = {"sft_best": "#4C72B0", "sft_matched": "#64B5CD", "rft": "#CCB974", "expert_iteration": "#8172B2",
+               "grpo": "#55A868", "sft_all": "#8C8C8C"}
     _ci_bar(a, arms, [{"mean": result[k]["success"], **result[k]} for k in arms],
             f"{result['env']}, regime {result['regime']}, seed {result['seed']}: test success",
             colors=[palette[k] for k in arms])

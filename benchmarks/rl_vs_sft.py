@@ -38,7 +38,8 @@ def seed_entry(result: dict) -> dict:
     for arm in ARMS:
         if arm in result:
             entry[arm] = {k: result[arm][k] for k in POLICY_KEYS}
-    for key in ("grpo_minus_sft_best", "grpo_minus_sft_matched", "grpo_minus_rft", "grpo_minus_sft_all"):
+    for key in ("grpo_minus_sft_best", "grpo_minus_sft_matched", "grpo_minus_rft", "grpo_minus_expert_iteration",
+                "grpo_minus_sft_all"):
         if key in result:
             entry[key] = result[key]
     entry["seconds"] = round(sum(result["seconds"].values()), 1)
@@ -84,7 +85,8 @@ def merge_earlier(earlier: dict | None, tried: list[dict], seeds: list[dict], en
 
 def markdown_table(study: dict) -> str:
     """The README's table of the study, one row per seed, every figure read from ``rl_vs_sft.json``."""
-    arms = [a for a in ("sft_best", "sft_matched", "rft", "grpo") if any(a in s for s in study["seeds"])]
+    arms = [a for a in ("sft_best", "sft_matched", "rft", "expert_iteration", "grpo")
+            if any(a in s for s in study["seeds"])]
     diffs = [f"grpo_minus_{a}" for a in arms if a != "grpo"]
     head = ["seed", *(f"`{a}`" for a in arms), *(f"GRPO − `{d.removeprefix('grpo_minus_')}`" for d in diffs)]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
