@@ -101,12 +101,42 @@ def markdown_table(study: dict) -> str:
     return "\n".join(rows)
 
 
+def scripted_rows(env: str, config: dict, seed: int) -> dict:
+    """Every scripted strategy of ``env`` on the seed's test tasks (the comparison's own split, rebuilt from its
+    config and seed): success with a 95% CI — the calibration rows of the table."""
+    from agentlab.envs import load
+    from agentlab.evals import mean_ci
+    from agentlab.synth import build_splits
+    from agentlab.types import run_policy
+
+    spec = load(env)
+    sizes = {k: config[k] for k in ("train", "validation", "test")}
+    test = build_splits(spec, sizes, seed=seed)["test"]
+    return {name: {k: v for k, v in mean_ci([spec.evaluate(t, run_policy(spec, t, policy)[0])["success"]
+                                             for t in test]).items()}
+            for name, policy in spec.scripted().items()}
+
+
+def calibration_table(study: dict) -> str:
+    """Scripted strategies on each seed's test tasks, where the arms' figures stand (from ``rl_vs_sft.json``)."""
+    names = list(next(s["scripted"] for s in study["seeds"] if "scripted" in s))
+    rows = ["| seed | " + " | ".join(f"`{n}` (scripted)" for n in names) + " |", "|" + "---|" * (len(names) + 1)]
+    for s in study["seeds"]:
+        if "scripted" in s:
+            rows.append(f"| {s['seed']} | " + " | ".join(
+                f"{s['scripted'][n]['mean']:.3f} [{s['scripted'][n]['ci_low']:.3f}, {s['scripted'][n]['ci_high']:.3f}]"
+                for n in names) + " |")
+    return "\n".join(rows)
+
+
 def parse(argv=None) -> tuple[argparse.Namespace, CompareConfig]:
     """The command line and the comparison config it asks for (the study's, with no flags)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--gather-only", action="store_true", help="only rebuild the JSON from finished seeds")
-    parser.add_argument("--table", action="store_true", help="print the README's markdown table from the JSON")
+    parser.add_argument("--table", action="store_true", help="print the README's markdown tables from the JSON")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="add the scripted strategies' test success to every seed of the JSON (seconds, no model)")
     parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated subset of the arms (default: all)")
     names = {f.name for f in fields(CompareConfig)} - {"name", "seed"}
     for name in sorted(names):
@@ -121,7 +151,15 @@ def parse(argv=None) -> tuple[argparse.Namespace, CompareConfig]:
 def main(argv=None) -> int:
     args, base = parse(argv)
     if args.table:
-        print(markdown_table(json.loads((RESULTS / "rl_vs_sft.json").read_text())))
+        study = json.loads((RESULTS / "rl_vs_sft.json").read_text())
+        print(markdown_table(study) + "\n\n" + calibration_table(study))
+        return 0
+    if args.calibrate:
+        study = json.loads((RESULTS / "rl_vs_sft.json").read_text())
+        for s in study["seeds"]:
+            s["scripted"] = scripted_rows(study["env"], study["config"], s["seed"])
+        print(calibration_table(study))
+        print(f"-> {write_result('rl_vs_sft.json', study)}")
         return 0
     root = runs_dir() / "rl-vs-sft"
     seeds = []

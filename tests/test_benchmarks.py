@@ -6,7 +6,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
 
-from rl_vs_sft import markdown_table, merge_earlier
+from rl_vs_sft import calibration_table, markdown_table, merge_earlier
 
 
 def _point(run, steps):
@@ -135,8 +135,20 @@ def test_the_readme_study_table_is_the_results_file_rendered():
     """The README's headline table is `rl_vs_sft.py --table` over the committed JSON: a number changed in one and
     not the other fails here."""
     root = Path(__file__).parent.parent
-    table = markdown_table(json.loads((root / "benchmarks/results/rl_vs_sft.json").read_text()))
+    study = json.loads((root / "benchmarks/results/rl_vs_sft.json").read_text())
+    table, calibration = markdown_table(study), calibration_table(study)
     assert table.count("\n") >= 4 and table in (root / "README.md").read_text()
+    assert calibration.count("\n") >= 4 and calibration in (root / "README.md").read_text()
+
+
+def test_calibration_rows_are_the_scripted_strategies_on_the_seeds_test_tasks():
+    """The calibration rows are recomputed from the study's config and seed (the comparison's own test split):
+    a changed split, strategy or environment fails here."""
+    from rl_vs_sft import scripted_rows
+
+    study = json.loads((Path(__file__).parent.parent / "benchmarks/results/rl_vs_sft.json").read_text())
+    seed = study["seeds"][0]
+    assert scripted_rows(study["env"], study["config"], seed["seed"]) == seed["scripted"]
 
 
 def test_the_grpo_step_benchmark_times_the_trainer_users_train_with(tmp_path):

@@ -280,6 +280,13 @@ def type_only(task: Task):
     yield ToolCall("recommend", {"product_id": ids[0] if ids else "P00000"})
 
 
+def request_first_hit(task: Task):
+    """A one-line strategy: search the request's own text, recommend the first hit (a calibration row)."""
+    result = yield ToolCall("search_products", {"query": task.question})
+    ids = re.findall(r"^(P\d+) \|", result, re.MULTILINE)
+    yield ToolCall("recommend", {"product_id": ids[0] if ids else "P00000"})
+
+
 def random_policy(task: Task):
     rng = seeded_rng("product_finder-random", task.id)
     result = yield ToolCall("search_products", {"query": rng.choice(rng.choice(list(TYPES.values())))})
@@ -318,5 +325,6 @@ SPEC = EnvSpec(
     name="product_finder", env_class=ProductFinderEnv, make_tasks=make_tasks, evaluate=evaluate,
     default_reward=DEFAULT_REWARD, hint=hint,
     expert=expert, random_policy=random_policy, audit_keys=audit_keys, cheap_policy=type_only,
+    strategies={"request_first_hit": request_first_hit},
     description="ShoppingBench Products-Finder: search a seeded catalog, recommend a product meeting every constraint.",
 )
