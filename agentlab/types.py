@@ -295,8 +295,8 @@ class EnvSpec:
     * ``budget`` — the :class:`Budget` an episode needs (turns, tokens per turn, context).
     * ``cheap_policy`` — optional: a cheaper, imperfect strategy that succeeds only sometimes (the traces one has
       before an expert exists; the ``cheap`` regime of ``agentlab.compare``).
-    * ``strategies`` — optional: other scripted strategies by name, the calibration rows of a study's tables
-      (:meth:`scripted`).
+    * ``strategies`` — optional: other scripted strategies by name (with the expert, cheap and random policies, the
+      calibration rows of a study's tables).
     """
 
     name: str
@@ -317,11 +317,6 @@ class EnvSpec:
 
     def __post_init__(self):
         self.env_class._spec = self  # ToolEnv.get_reward scores with this spec's reward
-
-    def scripted(self) -> dict[str, Policy]:
-        """Every scripted strategy this environment has, by name: the calibration rows of a study."""
-        named = {"expert": self.expert, "cheap": self.cheap_policy, **self.strategies, "random": self.random_policy}
-        return {k: v for k, v in named.items() if v is not None}
 
     def is_valid(self, outcome: Outcome) -> bool:
         """A *valid rollout* as the environment's write-up defines it (training curves plot their share)."""

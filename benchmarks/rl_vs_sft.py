@@ -114,7 +114,8 @@ def scripted_rows(env: str, config: dict, seed: int) -> dict:
     test = build_splits(spec, sizes, seed=seed)["test"]
     return {name: {k: v for k, v in mean_ci([spec.evaluate(t, run_policy(spec, t, policy)[0])["success"]
                                              for t in test]).items()}
-            for name, policy in spec.scripted().items()}
+            for name, policy in {"expert": spec.expert, "cheap": spec.cheap_policy, **spec.strategies,
+                                 "random": spec.random_policy}.items() if policy is not None}
 
 
 def calibration_table(study: dict) -> str:

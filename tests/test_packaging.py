@@ -4,6 +4,8 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -135,3 +137,25 @@ def test_library_internals_are_reached_only_through_trl_compat():
                     and node.attr not in ours and node.attr not in FOREIGN_PRIVATE_ALLOWED.get(rel, ())):
                 found.append(f"{rel}:{node.lineno} .{node.attr}")
     assert found == [], found
+
+
+def test_notebooks_import_only_from_the_api_and_every_api_name_resolves():
+    """The tutorial has one door (agentlab.api): a notebook importing from another module, or an api name whose
+    home moved, fails here."""
+    import importlib
+    import json
+    import re
+
+    from agentlab import api
+
+    elsewhere = []
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                elsewhere += [f"{nb.name}: {line.strip()}" for line in "".join(cell["source"]).splitlines()
+                              if re.match(r"\s*(from|import) agentlab(?!\.api\b)", line)]
+    assert elsewhere == []
+    for name, home in api.HOMES.items():
+        assert getattr(importlib.import_module(home), name) is getattr(api, name), name
+    with pytest.raises(AttributeError, match="agentlab.api has no 'nope'"):
+        api.nope  # noqa: B018
