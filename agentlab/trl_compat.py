@@ -36,6 +36,8 @@ coupling                        internals it relies on                          
 ``gqa_prefill``                 ``AttentionInterface``/``AttentionMaskInterface``  transformers' SDPA (copies the
 ``stock_attention``             registration; ``sdpa_attention_forward``'s        key/value heads per query head
                                 signature; ``sdpa_mask``; ``config._attn_impl…``  in a padded prefill)
+``drop_instance_forwards``      forwards patched onto module instances (TRL's     none: checked by a test
+                                fused LM head, accelerate's autocast wrapper)     (``tests/test_precision.py``)
 ``trainer_metrics``             ``GRPOTrainer._metrics["train"]``                 none (benchmarks only)
 ``generate_and_score``          ``GRPOTrainer._generate_and_score_completions``   none (benchmarks only)
 ``per_token_logps_and_…``       ``GRPOTrainer._get_per_token_logps_and_entropies`` none (benchmarks only)
@@ -260,6 +262,14 @@ def stock_attention(model) -> None:
     """Undo :func:`gqa_prefill`: transformers' own SDPA attention (the reference a benchmark measures against)."""
     if model.config._attn_implementation == GQA_PREFILL:
         model.set_attn_implementation("sdpa")
+
+
+def drop_instance_forwards(model) -> None:
+    """Remove forwards patched onto ``model``'s module instances (TRL's fused LM head, accelerate's autocast
+    wrapper): they are closures over the *original* module, which ``copy.deepcopy`` keeps, so a copy would silently
+    run the original's weights. Each module then runs its class's own forward."""
+    for module in model.modules():
+        module.__dict__.pop("forward", None)
 
 
 def trainer_metrics(trainer) -> dict:

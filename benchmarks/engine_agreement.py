@@ -52,7 +52,7 @@ def divergence_margins(model, tok, config, pairs) -> list[dict]:
     import torch
 
     from agentlab.engines import llamacpp
-    from agentlab.precision import for_generation
+    from agentlab.engines.weights import for_generation
 
     fast = for_generation(model, config.precision)
     engine = llamacpp.engine_for(model, config)

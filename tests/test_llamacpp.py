@@ -9,10 +9,10 @@ from agentlab.engines import llamacpp
 
 @pytest.fixture(scope="module")
 def bf16_copy(smollm2):
-    from agentlab.precision import _MergedCopy
+    from agentlab.engines.weights import MergedCopy
 
     model, _ = smollm2
-    return _MergedCopy(model, torch.bfloat16).sync(model)
+    return MergedCopy(model, torch.bfloat16).sync(model)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])

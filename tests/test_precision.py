@@ -48,11 +48,11 @@ def test_generation_copy_follows_the_trained_weights(tiny):
     change, and matches again after ``sync`` — so a step never decodes with last step's policy."""
     import torch
 
-    from agentlab.precision import _MergedCopy
+    from agentlab.engines.weights import MergedCopy
 
     model, _ = _lora_model(tiny)
     ids = torch.randint(0, 200, (2, 12))
-    copy = _MergedCopy(model, torch.float32)
+    copy = MergedCopy(model, torch.float32)
     gen = copy.sync(model)
     with torch.no_grad():
         assert torch.allclose(gen(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-5)
@@ -69,7 +69,7 @@ def test_bf16_generation_copy_is_close_to_fp32(tiny):
     of the fp32 LoRA model's (tiny model; the real one is checked in benchmarks/precision.py)."""
     import torch
 
-    from agentlab.precision import for_generation
+    from agentlab.engines.weights import for_generation
 
     model, _ = _lora_model(tiny)
     assert for_generation(model, "fp32") is model

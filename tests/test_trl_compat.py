@@ -54,7 +54,8 @@ def test_fallback_trains_through_trls_own_forward(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["shared_prefix_logps", "agent_trainer_class", "tool_suffix_ids", "parse_response",
-                                  "trl_reward_func", "cache_of", "stock_attention", "trainer_metrics"])
+                                  "trl_reward_func", "cache_of", "stock_attention", "trainer_metrics",
+                                  "drop_instance_forwards"])
 def test_each_coupling_lives_here_and_is_listed(name):
     assert callable(getattr(trl_compat, name)) and f"``{name}``" in trl_compat.__doc__
 

@@ -259,18 +259,18 @@ _FP32_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def decoding_weights(model, precision: str = "auto"):
-    """A plain model holding the weights ``agentlab.precision.for_generation`` decodes with: its bf16 copy, or in
+    """A plain model holding the weights ``agentlab.engines.weights.for_generation`` decodes with: its bf16 copy, or in
     fp32 a cached fp32 copy with the LoRA merged in (``for_generation`` runs the PEFT model itself there)."""
     import torch
 
-    from agentlab.precision import _lora_layers, _MergedCopy, for_generation
+    from agentlab.engines.weights import MergedCopy, for_generation, lora_layers
 
     fast = for_generation(model, precision)
-    if _lora_layers(fast) is None:
+    if lora_layers(fast) is None:
         return fast
     merged = _FP32_COPIES.get(model)
     if merged is None:
-        merged = _FP32_COPIES[model] = _MergedCopy(model, torch.float32)
+        merged = _FP32_COPIES[model] = MergedCopy(model, torch.float32)
     return merged.sync(model)
 
 

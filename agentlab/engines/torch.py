@@ -21,7 +21,7 @@ def hf_generate_fn(model, tokenizer, config, greedy: bool, seed: int,
     compares against uncached generation). Weights must not change meanwhile: ``run_episodes`` makes one per call.
 
     Precision: ``config.precision`` "auto" decodes with a bf16 copy of the weights (LoRA merged in) on CPUs with
-    bf16 hardware (``agentlab.precision.for_generation``), fp32 ``model`` itself elsewhere.
+    bf16 hardware (``agentlab.engines.weights.for_generation``), fp32 ``model`` itself elsewhere.
 
     ``levers=False`` decodes as transformers does on its own (its growing cache, the LM head on a strided input, SDPA
     copying the key/value heads in a padded prefill): the reference ``benchmarks/eval_throughput.py`` measures
@@ -31,7 +31,7 @@ def hf_generate_fn(model, tokenizer, config, greedy: bool, seed: int,
 
     import torch
 
-    from agentlab.precision import for_generation
+    from agentlab.engines.weights import for_generation
 
     model = for_generation(model, config.precision)
     if levers:
