@@ -160,3 +160,20 @@ def test_the_grpo_step_benchmark_times_the_trainer_users_train_with(tmp_path):
     names = {type(c).__name__ for c in trainer.callback_handler.callbacks}
     assert {"Recorder", "NonFiniteGuard"} <= names, names
     assert trainer.args.max_steps == exp.steps == 1 and trainer.args.save_strategy == "no"
+
+
+def test_a_lesson_pairs_its_two_settings_over_seed_and_task():
+    """seed_lessons.py's comparison: pooled over (seed, task), per-seed means, and b − a paired on the same tasks —
+    a run whose tasks differ pairs only the shared ones."""
+    from seed_lessons import METRICS, lesson_entry
+
+    def run(values):
+        return {"per_task": {f"t{i}": dict.fromkeys(METRICS, v) for i, v in enumerate(values)},
+                "train": {"entropy": [0.5], "zero_variance_groups": [0.0]}}
+
+    runs = {"base": {0: run([0, 1, 0, 1]), 1: run([0, 0, 0, 1])}, "f1": {0: run([1, 1, 0, 1]), 1: run([1, 0, 1, 1])}}
+    entry = lesson_entry("base", "f1", runs)
+    assert entry["seeds"] == [0, 1] and entry["base"]["f4"]["mean"] == 3 / 8 and entry["f1"]["f4"]["n"] == 8
+    assert entry["base"]["per_seed"]["f4"] == [0.5, 0.25]
+    d = entry["f1_minus_base"]["f4"]
+    assert d["mean"] == 3 / 8 and 0 < d["ci_low"] <= d["mean"] <= d["ci_high"]

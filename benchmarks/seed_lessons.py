@@ -1,0 +1,153 @@
+"""The doc-search write-up's RL lessons, reproduced at our scale: short GRPO runs from one SFT start, 3 seeds each.
+
+    python benchmarks/seed_lessons.py                       # every lesson, seeds 0 1 2 (hours on 2 cores: resumable)
+    python benchmarks/seed_lessons.py --lessons lr --seeds 0
+    python benchmarks/seed_lessons.py --gather-only         # rebuild the JSON from the run folders here
+
+Each lesson compares two settings that differ in one thing, from the same start (seed 0's ``sft_best`` of
+``benchmarks/seed_systems.py``), with everything else the study's GRPO settings:
+
+=========  =====================================================================================================
+``beta``   the reward's β: F4 (recall weighs 16x precision; the study's) against F1 — do recall, precision and
+           curated-set size move the way the write-up found (F4: more recall, bigger sets)?
+``lr``     the study's learning rate against 10x it: does the high one collapse (validation falls, entropy falls)?
+``batch``  few groups a step (1 task x 8 rollouts) against many (4 x 2), equal rollouts: does curate-everything
+           appear (curated-set size up, precision down)?
+``penalty``  the empty-set penalty (-0.2 for curating nothing) against none: how often is nothing curated?
+=========  =====================================================================================================
+
+Runs are ``runs/seed-lessons/doc_search/<setting>/seed-<k>`` (settings shared by lessons run once). Every run's last
+checkpoint is evaluated greedily on the same validation tasks (the study's, ≥ 64); a lesson reports each setting's
+metrics pooled over seeds (mean and 95% bootstrap CI over (seed, task) pairs), per-seed means, the difference paired
+over (seed, task), and the training side (policy entropy, zero-variance groups). Writes the ``lessons`` entry of
+``benchmarks/results/seed_systems.json``. A lesson that does not reproduce is reported as such, with its numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import RESULTS, write_result
+
+METRICS = ("f4", "f1", "precision", "recall", "curated", "success", "empty")
+STEPS, EVAL_EVERY = 6, 3
+SETTINGS = {  # name -> the Experiment fields that differ from the study's GRPO experiment
+    "base": {},
+    "f1": {"reward": "f1=1,empty=-0.2"},
+    "lr_x10": {"lr_factor": 10.0},
+    "few_groups": {"groups_per_step": 1, "group_size": 8},
+    "many_groups": {"groups_per_step": 4, "group_size": 2},
+    "no_penalty": {"reward": "f4=1"},
+}
+LESSONS = {"beta": ("base", "f1"), "lr": ("base", "lr_x10"), "batch": ("few_groups", "many_groups"),
+           "penalty": ("base", "no_penalty")}
+
+
+def experiment(start: Path, setting: str, seed: int):
+    """The study's GRPO experiment (its config.json), shortened, with ``setting`` applied."""
+    from agentlab.compare import CompareConfig
+
+    cfg = json.loads((start / "config.json").read_text())
+    study = CompareConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items()})
+    exp = replace(study.experiment(), name=f"seed-lessons/{study.env}/{setting}/seed-{seed}", seed=seed,
+                  steps=STEPS, eval_every=EVAL_EVERY)
+    diff = dict(SETTINGS[setting])
+    if factor := diff.pop("lr_factor", None):
+        diff["lr"] = exp.lr * factor
+    return replace(exp, **diff)
+
+
+def run_metrics(run: Path) -> dict:
+    """A finished run's last validation checkpoint (per-task metrics) and its training side."""
+    from agentlab.evals import read_rollouts
+    from agentlab.runs import RunDir
+
+    r = RunDir(run)
+    last = r.evals()[-1]["step"]
+    episodes = read_rollouts(run / "evals" / f"step-{last:04d}.rollouts.jsonl")[0]
+    per_task = {ep.task.id: {m: (float(not ep.outcome.final) if m == "empty" else
+                                 ep.success if m == "success" else ep.metrics.get(m, 0.0)) for m in METRICS}
+                for ep in episodes}
+    steps = r.metrics()
+    train = {k: [s.get(k) for s in steps] for k in ("entropy", "zero_variance_groups", "reward_mean")}
+    return {"step": last, "per_task": per_task, "train": train}
+
+
+def pooled(values: list[float]) -> dict:
+    from agentlab.evals import mean_ci
+
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in mean_ci(values).items()}
+
+
+def lesson_entry(a: str, b: str, runs: dict) -> dict:
+    """Settings ``a`` and ``b`` over the seeds both finished: pooled metrics, per-seed means, ``b − a`` paired."""
+    from agentlab.evals import paired_bootstrap_ci
+
+    seeds = sorted(set(runs[a]) & set(runs[b]))
+    out = {"settings": {a: SETTINGS[a], b: SETTINGS[b]}, "seeds": seeds, "steps": STEPS}
+    for name in (a, b):
+        out[name] = {m: pooled([t[m] for s in seeds for t in runs[name][s]["per_task"].values()]) for m in METRICS}
+        out[name]["per_seed"] = {m: [round(sum(t[m] for t in runs[name][s]["per_task"].values())
+                                           / len(runs[name][s]["per_task"]), 4) for s in seeds] for m in METRICS}
+        out[name]["train"] = {k: [runs[name][s]["train"][k] for s in seeds] for k in ("entropy", "zero_variance_groups")}
+    diff = {}
+    for m in METRICS:
+        pairs = [(runs[a][s]["per_task"][t][m], runs[b][s]["per_task"][t][m])
+                 for s in seeds for t in runs[a][s]["per_task"] if t in runs[b][s]["per_task"]]
+        low, high = paired_bootstrap_ci([x for x, _ in pairs], [y for _, y in pairs])
+        diff[m] = {"mean": round(sum(y - x for x, y in pairs) / len(pairs), 4), "ci_low": low, "ci_high": high}
+    out[f"{b}_minus_{a}"] = diff
+    return out
+
+
+def main(argv=None) -> int:
+    from agentlab.paths import runs_dir
+    from agentlab.synth import load_tasks
+    from agentlab.train import run_grpo
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--env", default="doc_search")
+    p.add_argument("--lessons", nargs="+", default=list(LESSONS), choices=list(LESSONS))
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--gather-only", action="store_true")
+    a = p.parse_args(argv)
+    start = runs_dir() / "seed-systems" / a.env / "seed-0"
+    choice = start / "sft_best" / "choice.json"
+    if not choice.exists():
+        raise SystemExit(f"{choice} does not exist: run benchmarks/seed_systems.py --env {a.env} --seeds 0 first "
+                         f"(the lessons start from its sft_best)")
+    adapter = start / json.loads(choice.read_text())["adapter"]
+    train, val = load_tasks(start / "tasks" / "train.jsonl"), load_tasks(start / "tasks" / "validation.jsonl")
+    settings = list(dict.fromkeys(s for lesson in a.lessons for s in LESSONS[lesson]))
+    runs: dict[str, dict[int, dict]] = {s: {} for s in settings}
+    for setting in settings:
+        for seed in a.seeds:
+            exp = experiment(start, setting, seed)
+            folder = runs_dir() / exp.name
+            if not a.gather_only and not (folder / "DONE").exists():
+                print(f"[{setting} seed {seed}] {STEPS} GRPO steps from {adapter.parent.name}/{adapter.name}", flush=True)
+                run_grpo(exp, train, val, init_adapter=adapter)
+            if (folder / "DONE").exists():
+                runs[setting][seed] = run_metrics(folder)
+    path = RESULTS / "seed_systems.json"
+    out = json.loads(path.read_text()) if path.exists() else {}
+    lessons = out.setdefault("lessons", {})
+    for lesson in a.lessons:
+        x, y = LESSONS[lesson]
+        if set(runs[x]) & set(runs[y]):
+            lessons[lesson] = lesson_entry(x, y, runs)
+            d = lessons[lesson][f"{y}_minus_{x}"]
+            print(f"{lesson}: {y} − {x} over seeds {lessons[lesson]['seeds']}: "
+                  + ", ".join(f"{m} {d[m]['mean']:+.3f} [{d[m]['ci_low']:+.3f}, {d[m]['ci_high']:+.3f}]"
+                              for m in METRICS))
+    print(f"-> {write_result('seed_systems.json', out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
