@@ -343,3 +343,25 @@ def plot_objective(run: dict, episodes: list, fig=None):
     axes[7].legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def metric_groups(ax, policies: dict[str, dict], metrics: tuple[str, ...], title: str = "") -> None:
+    """Grouped bars: one group per metric, one bar per policy, each with its 95% CI whisker.
+
+    ``policies``: ``{policy: {metric: {"mean", "ci_low", "ci_high"}}}`` (a seed of ``seed_systems.json``)."""
+    import numpy as np
+
+    names = list(policies)
+    width = 0.8 / max(1, len(names))
+    xs = np.arange(len(metrics))
+    for i, name in enumerate(names):
+        stats = [policies[name][m] for m in metrics]
+        means = [s["mean"] for s in stats]
+        ax.bar(xs + (i - (len(names) - 1) / 2) * width, means, width, label=name, alpha=0.85,
+               yerr=[[m - s["ci_low"] for m, s in zip(means, stats, strict=True)],
+                     [s["ci_high"] - m for m, s in zip(means, stats, strict=True)]], capsize=3)
+    ax.set_xticks(xs, metrics)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("held-out mean (95% bootstrap CI)")
+    ax.legend(fontsize=8)
+    ax.set_title(title)

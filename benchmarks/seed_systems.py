@@ -89,7 +89,7 @@ def markdown_table(study: dict) -> str:
     head = ["env", "seed", "policy", "F4", "success", "precision", "recall", "curated"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for env, e in study.items():
-        for s in e["seeds"]:
+        for s in e["seeds"] if env != "lessons" else ():
             for arm in ("base", "sft_best", "grpo", "grpo_minus_sft_best"):
                 if arm not in s:
                     continue
@@ -100,6 +100,24 @@ def markdown_table(study: dict) -> str:
                     cells.append(f"{x['mean']:{sign}.3f} [{x['ci_low']:{sign}.3f}, {x['ci_high']:{sign}.3f}]")
                 rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
+
+
+def plot(study: dict, path: Path) -> Path:
+    """Every seed of every environment: F4, F1, precision, recall and success of each policy with CIs."""
+    import matplotlib.pyplot as plt
+
+    from agentlab.plots import metric_groups
+
+    panels = [(env, s) for env, e in study.items() if env != "lessons" for s in e["seeds"]]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.2), squeeze=False)
+    for ax, (env, s) in zip(axes[0], panels, strict=True):
+        policies = {arm: s[arm] for arm in ("base", "sft_best", "grpo") if arm in s}
+        metric_groups(ax, policies, ("f4", "f1", "precision", "recall", "success"),
+                      f"{env}, seed {s['seed']}: {s['n']} test tasks, greedy")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def main(argv=None) -> int:
@@ -138,6 +156,7 @@ def main(argv=None) -> int:
                   "config": {k: v for k, v in json.loads(json.dumps(vars(base))).items() if k not in ("name", "seed")},
                   "machine": describe(), "tried": list(tried.values()), "seeds": [seeds[k] for k in sorted(seeds)]}
     print(f"-> {write_result('seed_systems.json', out)}")
+    print(f"-> {plot(out, RESULTS / 'seed_systems.png')}")
     print(markdown_table({a.env: out[a.env]}))
     return 0
 
