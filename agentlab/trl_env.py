@@ -126,7 +126,9 @@ def spec_from_class(cls, rows: list[dict], *, name: str | None = None, reward_me
     return EnvSpec(
         name=env_name, env_class=env_class, make_tasks=make_tasks, evaluate=evaluate,
         default_reward=Reward({"score": 1.0}), expert=None, random_policy=_random_policy(env_class),
-        audit_keys=lambda t: {"line": [json.dumps(t.answer, sort_keys=True, default=str)], "query": [t.question]},
+        # A row is its task (reset gets every column): the audit compares whole rows, not the prompt alone, which
+        # many rows share when another column holds the task (a game's seed, a ticket's id).
+        audit_keys=lambda t: {"line": [json.dumps(t.answer, sort_keys=True, default=str)]},
         description=f"TRL-style class {cls.__module__}.{cls.__qualname__}; success = {reward_method}() >= "
                     f"{success_threshold:g}")
 

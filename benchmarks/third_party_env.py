@@ -1,0 +1,99 @@
+"""A third-party environment package trained end to end on a CPU: textarena's Guess-the-Number, 3 seeds.
+
+    make setup-examples
+    python benchmarks/third_party_env.py --seeds 0 1 2       # resumable; writes benchmarks/results/third_party_env.json
+    python benchmarks/third_party_env.py --smoke --seeds 0   # tiny model, a minute (the test)
+
+The user's three steps, as the README gives them, on ``examples/textarena_games.py`` (a TRL-style class the library
+never sees before run time): task rows with each game's scripted calls; ``agentlab replay`` of the *cheap* script
+(start at 25, step by one: wins 0.4 of games) into demonstrations, keeping its won games only; ``agentlab compare``
+with those demonstrations (``--demos``) and the arms that need no scripted expert. Every arm greedy on ``--test``
+held-out games; reported: the game's win rate and moves per game with CIs, GRPO minus each arm paired.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import write_result
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "textarena_games.py"
+# Budgets from the game: up to 11 guesses and a closing message, a guess call is ~25 tokens, a game ~900 tokens.
+STUDY = {"train": "1000", "validation": "64", "test": "200", "max_turns": "13", "max_new_tokens": "48",
+         "max_context": "2048", "sft_lrs": "3e-4,1e-3", "sft_steps": "8,16,32", "grpo_steps": "12",
+         "eval_every": "4", "groups_per_step": "2", "group_size": "4", "temperature": "1.0"}
+SMOKE = {"model": "tiny-random", "train": "40", "validation": "4", "test": "6", "max_turns": "3",
+         "max_new_tokens": "8", "sft_lrs": "1e-3", "sft_steps": "1", "sft_extend": "0", "grpo_steps": "1",
+         "eval_every": "1", "groups_per_step": "1", "group_size": "2", "ei_rounds": "1"}
+
+
+def game_entry(run: Path, arm: str) -> dict:
+    """Win rate and moves per game of one arm's test rollouts, each with a 95% CI."""
+    from agentlab.evals import mean_ci, read_rollouts
+
+    episodes = read_rollouts(run / "test" / arm / "rollouts.jsonl")[0]
+    return {"win": mean_ci([ep.success for ep in episodes]),
+            "moves": mean_ci([sum(len(t.tool_calls) for t in ep.turns) for ep in episodes])}
+
+
+def main(argv=None) -> int:
+    from agentlab.compare import ARMS, CompareConfig, run_compare
+    from agentlab.demos import replay
+    from agentlab.envs import load
+    from agentlab.paths import runs_dir
+    from agentlab.pipeline import resolve_env
+    from agentlab.runs import write_jsonl
+
+    sys.path.insert(0, str(EXAMPLE.parent))
+    from textarena_games import GAME, rows
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--smoke", action="store_true")
+    p.add_argument("--arms", default="sft_best,grpo,sft_matched,expert_iteration")
+    a = p.parse_args(argv)
+    settings = {**STUDY, **(SMOKE if a.smoke else {})}
+    root = runs_dir() / ("third-party-smoke" if a.smoke else "third-party") / "guess-the-number"
+    rows_file, demos_file = root / "rows.jsonl", root / "cheap_demos.jsonl"
+    sizes = {k: int(settings[k]) for k in ("train", "validation", "test")}
+    n_rows = int(1.25 * max(sizes["train"] / 0.8, sizes["validation"] / 0.1, sizes["test"] / 0.1))
+    root.mkdir(parents=True, exist_ok=True)
+    if not rows_file.exists():  # the class's rows are split by a hash: ~80% train, ~10% validation, ~10% test
+        write_jsonl(rows_file, rows(n_rows))
+    env = resolve_env(f"{EXAMPLE}:GuessTheNumber", str(rows_file))
+    spec = load(env)
+    if not demos_file.exists():
+        kept, failures = replay(spec, spec.make_tasks("train", 10**6), "cheap_calls", final="I won.")
+        write_jsonl(demos_file, kept[: 8 if a.smoke else 64])
+        print(f"cheap script replayed: {len(kept)} won games kept, {len(failures)} lost ones listed, "
+              f"{min(len(kept), 8 if a.smoke else 64)} used as demonstrations", flush=True)
+    base = CompareConfig.from_text({"env": env, "demos": str(demos_file), **settings})
+    arms = tuple(x for x in a.arms.split(",") if x in ARMS)
+    seeds = []
+    for seed in a.seeds:
+        cfg = replace(base, name=f"{root.relative_to(runs_dir()).as_posix()}/seed-{seed}", seed=seed)
+        result = run_compare(cfg, arms=arms)
+        run = runs_dir() / cfg.name
+        entry = {"seed": seed, "n": result["n"], **{arm: game_entry(run, arm) for arm in arms if arm in result}}
+        entry.update({k: v for k, v in result.items() if k.startswith("grpo_minus_")})
+        entry["choices"] = {k: {x: y for x, y in c.items() if x != "adapter"} for k, c in result["choices"].items()}
+        seeds.append(entry)
+    if a.smoke:
+        print(json.dumps(seeds, indent=1)[:2000])
+        return 0
+    from importlib.metadata import version
+
+    out = {"package": "textarena", "version": version("textarena"), "game": GAME, "n": int(settings["test"]),
+           "regime": "own:cheap_demos.jsonl (the cheap script's won games)", "config": settings, "seeds": seeds}
+    print(f"-> {write_result('third_party_env.json', out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
