@@ -55,6 +55,8 @@ HOMES = {
     # agentlab.models
     "load_policy": "agentlab.models",
     "load_recipe": "agentlab.models",
+    # agentlab.notebook
+    "setup_notebook": "agentlab.notebook",
     # agentlab.paths
     "runs_dir": "agentlab.paths",
     # agentlab.pipeline

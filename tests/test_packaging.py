@@ -159,3 +159,19 @@ def test_notebooks_import_only_from_the_api_and_every_api_name_resolves():
         assert getattr(importlib.import_module(home), name) is getattr(api, name), name
     with pytest.raises(AttributeError, match="agentlab.api has no 'nope'"):
         api.nope  # noqa: B018
+
+
+def test_the_notebook_setup_quiets_the_libraries_notices_but_never_ours():
+    """setup_notebook hides transformers-style deprecation notices and TRL's experimental warning (they leak the
+    maker's site-packages paths into committed outputs) and keeps a warning agentlab raises."""
+    import warnings
+
+    from agentlab.api import setup_notebook
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        setup_notebook()
+        warnings.warn_explicit("`x` is deprecated", FutureWarning, "modeling_utils.py", 1, module="transformers.modeling_utils")
+        warnings.warn_explicit("This API is experimental", UserWarning, "import_utils.py", 1, module="trl.import_utils")
+        warnings.warn_explicit("a reward term is NaN", UserWarning, "rewards.py", 1, module="agentlab.rewards")
+    assert [str(w.message) for w in caught] == ["a reward term is NaN"]
