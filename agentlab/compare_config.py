@@ -96,7 +96,8 @@ class CompareConfig:
     def data(self) -> str:
         """What SFT learns from, as reports name it: the regime, or ``own:<file name>``.
 
-        >>> CompareConfig(demos="/data/mine.jsonl").data(), CompareConfig().data()
+        >>> import pathlib, tempfile; mine = pathlib.Path(tempfile.mkdtemp()) / "mine.jsonl"; _ = mine.write_text("")
+        >>> CompareConfig(demos=str(mine)).data(), CompareConfig().data()
         ('own:mine.jsonl', 'cheap:64')
         """
         return f"own:{Path(self.demos).name}" if self.demos else self.regime
