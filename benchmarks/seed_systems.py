@@ -67,6 +67,12 @@ def seed_entry(run: Path, result: dict) -> dict:
             entry["grpo_minus_sft_best"][m] = {"mean": entry["grpo"][m]["mean"] - entry["sft_best"][m]["mean"],
                                                "ci_low": low, "ci_high": high}
     entry["choices"] = {arm: {k: v for k, v in c.items() if k != "adapter"} for arm, c in result["choices"].items()}
+    if (run / "grpo" / "metrics.jsonl").exists():  # what GRPO's steps looked like: signal left, entropy, time
+        from agentlab.runs import read_jsonl
+
+        steps = read_jsonl(run / "grpo" / "metrics.jsonl")[0]
+        entry["grpo_training"] = {k: [s.get(k) for s in steps] for k in (
+            "reward_mean", "zero_variance_groups", "entropy", "grad_norm", "time_generate_s", "time_step_s")}
     entry["seconds"] = result["seconds"]
     return entry
 
