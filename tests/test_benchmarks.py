@@ -177,3 +177,13 @@ def test_a_lesson_pairs_its_two_settings_over_seed_and_task():
     assert entry["base"]["per_seed"]["f4"] == [0.5, 0.25]
     d = entry["f1_minus_base"]["f4"]
     assert d["mean"] == 3 / 8 and 0 < d["ci_low"] <= d["mean"] <= d["ci_high"]
+
+
+def test_the_readme_seed_systems_table_is_the_results_file_rendered():
+    """The README's doc_search table is `seed_systems.py --table` over the committed JSON."""
+    from seed_systems import markdown_table as seed_table
+
+    root = Path(__file__).parent.parent
+    study = json.loads((root / "benchmarks/results/seed_systems.json").read_text())
+    table = seed_table(study)
+    assert table.count("\n") >= 3 and table in (root / "README.md").read_text()
