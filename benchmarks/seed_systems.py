@@ -61,6 +61,11 @@ def seed_entry(run: Path, result: dict) -> dict:
         if (run / "test" / arm / "rollouts.jsonl").exists():
             entry[arm], episodes[arm] = policy_entry(run / "test" / arm / "rollouts.jsonl")
     entry["exits"] = {arm: dict(Counter(ep.exit_reason for ep in eps)) for arm, eps in episodes.items()}
+    entry["by_difficulty"] = {arm: {str(k): {m: round(metric_entry([e for e in eps if e.task.difficulty == k], m)["mean"], 4)
+                                             for m in ("success", "recall", "precision", "curated")}
+                                    | {"n": sum(e.task.difficulty == k for e in eps)}
+                                    for k in sorted({e.task.difficulty for e in eps})}
+                              for arm, eps in episodes.items()}  # how many facts a task asks for
     if "grpo" in entry:
         entry["grpo_minus_sft_best"] = {}
         for m in METRICS:
