@@ -217,16 +217,12 @@ def _cmd_envs(a) -> int:
 
 
 def _cmd_compare(a) -> int:
-    from agentlab.compare import ARMS, CompareConfig, run_compare
-    from agentlab.envs import load
+    from agentlab.compare import CompareConfig, run_compare
 
     if a.env:
         a.env = resolve_env(a)
     cfg = CompareConfig.from_text(vars(a), smoke=a.smoke)
-    arms = tuple(x for x in a.arms.split(",") if x) if a.arms else ARMS
-    if not a.arms and load(cfg.env).expert is None:  # sft_all is SFT on the scripted expert's demonstrations
-        arms = tuple(x for x in ARMS if x != "sft_all")
-        print(f"{cfg.env} has no scripted expert: the sft_all reference is left out", flush=True)
+    arms = tuple(x for x in a.arms.split(",") if x) if a.arms else None  # None: every arm the environment can run
     run_compare(cfg, arms=arms, overwrite=a.overwrite)
     return 0
 
@@ -265,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(flag, default=None, help=f"comma-separated, default {','.join(map(str, f.default))}")
         else:
             p.add_argument(flag, type=field_type(f), default=None, help=f"default {f.default}")
-    p.add_argument("--arms", default=None, help=f"comma-separated subset of {','.join(ARMS)} (default: all)")
+    p.add_argument("--arms", default=None, help=f"comma-separated subset of {','.join(ARMS)} (default: every arm the environment can run)")
     _add_trl_class_args(p)
     p.add_argument("--smoke", action="store_true", help="tiny model and sizes (about a minute; for CI)")
     p.add_argument("--overwrite", action="store_true", help="start the comparison's run folder again")

@@ -49,7 +49,8 @@ class Comparison:
 
         self.cfg, self.spec, self.engine = cfg, load(cfg.env), engine  # engine: a GenerateFn factory, or None
         self.run = RunDir(cfg.name)
-        self.run.prepare(cfg, overwrite=overwrite, defaults={"rollout_backend": "torch", "select": "success", "demos": "", "ei_rounds": 3})  # older runs resume
+        older = {"rollout_backend": "torch", "select": "success", "demos": "", "ei_rounds": 3}  # fields added later
+        self.run.prepare(cfg, overwrite=overwrite, defaults=older)  # at these values, an older run still resumes
         self.tried: list[dict] = []
         self.seconds: dict[str, float] = self.run.read_json("seconds.json") or {}
 
@@ -239,13 +240,19 @@ class Comparison:
         return expert_iteration(self, start, budget_s, train, val)
 
 
-def run_compare(cfg: CompareConfig, arms: tuple[str, ...] = ARMS, overwrite: bool = False, engine=None) -> dict:
-    """Run (or resume) every arm of ``cfg``, evaluate each once on test, write ``result.json`` and ``result.png``.
+def run_compare(cfg: CompareConfig, arms: tuple[str, ...] | None = None, overwrite: bool = False,
+                engine=None) -> dict:
+    """Run (or resume) the arms of ``cfg``, evaluate each once on test, write ``result.json`` and ``result.png``.
+    ``arms`` ``None``: every arm the environment can run (``sft_all`` needs a scripted expert).
     ``engine(model, tok, config, greedy, seed) -> GenerateFn`` decodes every evaluation and GRPO's rollouts instead
     of ``cfg.rollout_backend`` (rft's sampling too)."""
     from agentlab.envs import load
     from agentlab.evals import paired_bootstrap_ci, read_rollouts
 
+    if arms is None:
+        arms = tuple(a for a in ARMS if a != "sft_all" or load(cfg.env).expert is not None)
+        if len(arms) < len(ARMS):
+            _say(f"{cfg.env} has no scripted expert: the sft_all reference is left out")
     bad = set(arms) - set(ARMS)
     if bad or "sft_best" not in arms:
         raise ValueError(f"arms {sorted(bad) or list(arms)}: expected a subset of {list(ARMS)} including 'sft_best'")

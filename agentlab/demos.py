@@ -111,7 +111,8 @@ def replay(spec: EnvSpec, tasks: list, calls="calls", final: str = "") -> tuple[
     no final tool (TRL-style classes end when the model stops calling tools), the conversation ends with an
     assistant message ``final``, so SFT also teaches the policy to stop.
     """
-    from agentlab.types import ToolCall, call_tool, prompt_messages
+    from agentlab.synth import conversation
+    from agentlab.types import ToolCall, prompt_messages, run_policy
 
     tools, kept, failures = json.dumps(tool_schemas(spec.env_class)), [], []
     for task in tasks:
@@ -127,24 +128,22 @@ def replay(spec: EnvSpec, tasks: list, calls="calls", final: str = "") -> tuple[
             continue
         env = spec.make_env()
         env.reset(task=task.to_json())
-        messages = [{"role": "system", "content": spec.env_class.system_prompt},
-                    *(env._prompt_messages() or prompt_messages(spec.env_class, task)[1:])]
-        messages = [m for m in messages if m["role"] != "system" or m["content"]]
-        errors = []
-        for c in checked[-1]["tool_calls"]:
-            call = ToolCall(c["function"]["name"], c["function"]["arguments"])
-            result = call_tool(env, call)
-            messages.append(call.as_message())
-            if call.name != spec.env_class.final_tool:
-                messages.append({"role": "tool", "name": call.name, "content": result})
-            if env.outcome.tool_errors > len(errors):
-                errors.append(f"{call.name}: {result[:120]}")
-            if env.done:
-                break
+        prompt = [{"role": "system", "content": spec.env_class.system_prompt},
+                  *(env._prompt_messages() or prompt_messages(spec.env_class, task)[1:])]
+        errors: list[str] = []
+
+        def shipped(_task, env=env, calls=checked[-1]["tool_calls"], errors=errors):
+            for c in calls:  # each call's result comes back from the environment; a failed one is noted
+                before = env.outcome.tool_errors
+                result = yield ToolCall(c["function"]["name"], c["function"]["arguments"])
+                if env.outcome.tool_errors > before:
+                    errors.append(f"{c['function']['name']}: {result[:120]}")
+
+        outcome, history = run_policy(spec, task, shipped, max_calls=len(checked[-1]["tool_calls"]), env=env)
+        messages = conversation(spec, [m for m in prompt if m["role"] != "system" or m["content"]], history)
         if not spec.env_class.final_tool:
             messages.append({"role": "assistant", "content": final})
-        env._finalize()
-        verdict = spec.evaluate(task, env.outcome)
+        verdict = spec.evaluate(task, outcome)
         if errors or verdict["success"] < 1.0:
             why = f"tool error ({errors[0]})" if errors else f"the verifier says no (success {verdict['success']:g})"
             failures.append({"task_id": task.id, "why": f"{where}: {why}"})

@@ -20,11 +20,12 @@ QUIET_ENV = {
     "TRANSFORMERS_VERBOSITY": "error",           # transformers' info/warning logs
     "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",    # datasets' map/filter bars (SFTTrainer's tokenising)
     "TOKENIZERS_PARALLELISM": "false",           # the fork warning of tokenizers
+    "TRL_EXPERIMENTAL_SILENCE": "1",             # TRL's own switch for its experimental-feature notices
 }
 QUIET_WARNINGS = (  # (category, module regex, message regex): only the libraries' notices, never ours
     (FutureWarning, r"(transformers|trl|torch|peft|accelerate)(\.|$)", ""),
     (DeprecationWarning, r"(transformers|trl|torch|peft|accelerate)(\.|$)", ""),
-    (UserWarning, "", r"(?i).*experimental"),
+    (UserWarning, r"trl(\.|$)", r"(?i).*experimental"),
 )
 
 

@@ -113,13 +113,20 @@ def expert_demos(spec: EnvSpec, tasks: list[Task], policy=None) -> list[dict]:
         outcome, history = run_policy(spec, task, policy or spec.expert)
         if spec.evaluate(task, outcome)["success"] < 1.0:
             continue
-        messages = prompt_messages(spec.env_class, task)
-        for call, result in history:
-            messages.append(call.as_message())
-            if call.name != spec.env_class.final_tool:
-                messages.append({"role": "tool", "name": call.name, "content": result})
-        rows.append({"messages": messages, "tools": tools, "task_id": task.id})
+        rows.append({"messages": conversation(spec, prompt_messages(spec.env_class, task), history), "tools": tools,
+                     "task_id": task.id})
     return rows
+
+
+def conversation(spec: EnvSpec, prompt: list[dict], history: list[tuple]) -> list[dict]:
+    """``prompt`` then a played episode's ``[(ToolCall, result), …]`` as chat messages: each call an assistant
+    message, each result a tool message (the final-answer tool's echo left out, as the loop shows it)."""
+    messages = list(prompt)
+    for call, result in history:
+        messages.append(call.as_message())
+        if call.name != spec.env_class.final_tool:
+            messages.append({"role": "tool", "name": call.name, "content": result})
+    return messages
 
 
 def tokenize_demos(demos: list[dict], tokenizer) -> list[dict]:

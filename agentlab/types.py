@@ -369,13 +369,13 @@ def tool_names(env: ToolEnv | type[ToolEnv]) -> list[str]:
             if not n.startswith("_") and n not in ("reset", "get_reward")]
 
 
-def run_policy(spec: EnvSpec, task: Task, policy: Policy, max_calls: int = 30) -> tuple[Outcome, list[tuple]]:
-    """Play a scripted policy on a fresh environment. Returns the outcome and ``[(ToolCall, result), …]``."""
+def run_policy(spec: EnvSpec, task: Task, policy: Policy, max_calls: int = 30, env: ToolEnv | None = None):
+    """Play a scripted policy on a fresh environment (or ``env``, reset for ``task``): outcome, [(call, result)…]."""
     if policy is None:
         raise ValueError(f"environment {spec.name!r} has no scripted expert: evaluation and GRPO work without one; "
                          f"SFT needs demonstrations (write an expert policy in its EnvSpec)")
-    env = spec.make_env()
-    env.reset(task=task.to_json())
+    if env is None:
+        (env := spec.make_env()).reset(task=task.to_json())
     gen = policy(task)
     history: list[tuple[ToolCall, str]] = []
     result: str | None = None

@@ -43,7 +43,8 @@ def sample(cmp, adapter: Path, tasks: list[Task], budget_s: float, file: Path, k
         model, tok = load_policy(cfg.model, adapter=adapter)
         loop = replace(cfg.eval_loop(), temperature=cfg.temperature, batch_size=cfg.groups_per_step * cfg.group_size)
         file.parent.mkdir(parents=True, exist_ok=True)
-        repair_rollouts(file) if file.exists() else None  # a kill mid-write left a torn line: cut it first
+        if file.exists():
+            repair_rollouts(file)  # a kill mid-write left a torn line: cut it before appending
         with open(file, "a") as fh:
             while spent < budget_s and todo:
                 t0 = time.time()
@@ -110,7 +111,8 @@ def expert_iteration(cmp, start: dict, budget_s: float, train: list[Task], val: 
         here = folder / f"round-{r}"
         episodes, todo = sample(cmp, adapter, todo, per_round / 2, here / "samples.jsonl", f"ei_round{r}_sampling",
                                 cmp.cfg.seed * 100_003 + r * 10_007)
-        kept += verified(episodes)
+        new = verified(episodes)
+        kept += new
         if kept and not (here / "adapter" / "adapter_config.json").exists():
             left = max(1.0, per_round - cmp.seconds.get(f"ei_round{r}_sampling", 0.0))
             run_sft(cmp.cfg.model, [episode_sft_row(ep) for ep in kept], here,
@@ -118,7 +120,7 @@ def expert_iteration(cmp, start: dict, budget_s: float, train: list[Task], val: 
         if (here / "adapter" / "adapter_config.json").exists():
             adapter = here / "adapter"
         if len(log["rounds"]) < r:
-            log["rounds"].append({"round": r, "sampled": len(episodes), "kept_new": len(verified(episodes)),
+            log["rounds"].append({"round": r, "sampled": len(episodes), "kept_new": len(new),
                                   "kept_total": len(kept), "adapter": cmp.run.rel(adapter)})
             cmp.run.write_json("expert_iteration/rounds.json", log)
         scored = cmp._timed(f"expert_iteration_round{r}_validation", cmp.evaluate, here / "validation", adapter, val,

@@ -112,8 +112,7 @@ def scripted_rows(env: str, config: dict, seed: int) -> dict:
     spec = load(env)
     sizes = {k: config[k] for k in ("train", "validation", "test")}
     test = build_splits(spec, sizes, seed=seed)["test"]
-    return {name: {k: v for k, v in mean_ci([spec.evaluate(t, run_policy(spec, t, policy)[0])["success"]
-                                             for t in test]).items()}
+    return {name: mean_ci([spec.evaluate(t, run_policy(spec, t, policy)[0])["success"] for t in test])
             for name, policy in {"expert": spec.expert, "cheap": spec.cheap_policy, **spec.strategies,
                                  "random": spec.random_policy}.items() if policy is not None}
 

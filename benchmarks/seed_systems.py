@@ -52,6 +52,17 @@ def policy_entry(rollouts: Path) -> tuple[dict, list]:
     return {m: metric_entry(episodes, m) for m in METRICS}, episodes
 
 
+def by_difficulty(episodes: list) -> dict:
+    """Mean success, recall, precision and curated-set size per task difficulty (doc_search: facts asked), and n."""
+    out = {}
+    for k in sorted({ep.task.difficulty for ep in episodes}):
+        eps = [ep for ep in episodes if ep.task.difficulty == k]
+        values = {m: [ep.success if m == "success" else ep.metrics.get(m, 0.0) for ep in eps]
+                  for m in ("success", "recall", "precision", "curated")}
+        out[str(k)] = {m: round(sum(v) / len(v), 4) for m, v in values.items()} | {"n": len(eps)}
+    return out
+
+
 def seed_entry(run: Path, result: dict) -> dict:
     """One seed's test figures, every metric, read from the comparison's test rollouts (and the base model's)."""
     from agentlab.evals import paired_bootstrap_ci
@@ -61,11 +72,7 @@ def seed_entry(run: Path, result: dict) -> dict:
         if (run / "test" / arm / "rollouts.jsonl").exists():
             entry[arm], episodes[arm] = policy_entry(run / "test" / arm / "rollouts.jsonl")
     entry["exits"] = {arm: dict(Counter(ep.exit_reason for ep in eps)) for arm, eps in episodes.items()}
-    entry["by_difficulty"] = {arm: {str(k): {m: round(metric_entry([e for e in eps if e.task.difficulty == k], m)["mean"], 4)
-                                             for m in ("success", "recall", "precision", "curated")}
-                                    | {"n": sum(e.task.difficulty == k for e in eps)}
-                                    for k in sorted({e.task.difficulty for e in eps})}
-                              for arm, eps in episodes.items()}  # how many facts a task asks for
+    entry["by_difficulty"] = {arm: by_difficulty(eps) for arm, eps in episodes.items()}
     if "grpo" in entry:
         entry["grpo_minus_sft_best"] = {}
         for m in METRICS:
