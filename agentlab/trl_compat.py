@@ -31,8 +31,9 @@ coupling                        internals it relies on                          
 ``trl_reward_func``             ``environments=``/``log_metric=`` keywords of      none: only for TRL's own
                                 ``GRPOTrainer._calculate_rewards``                 ``environment_factory`` loop
 ``cache_of``                    ``out.cache`` or ``out.past_key_values``           none
-``decode_cache``                ``DynamicLayer``'s ``update``/``keys``/``values``   generate's own ``DynamicCache``
-                                and ``Cache.layer_class_to_replicate``             (copies the cache every token)
+``decode_cache``, ``row_cache``  ``DynamicLayer``'s ``update``/``keys``/``values``   generate's own ``DynamicCache``
+                                and ``Cache.layer_class_to_replicate``             (copies the cache every token;
+                                                                                  no reuse across turns)
 ``gqa_prefill``                 ``AttentionInterface``/``AttentionMaskInterface``  transformers' SDPA (copies the
 ``stock_attention``             registration; ``sdpa_attention_forward``'s        key/value heads per query head
                                 signature; ``sdpa_mask``; ``config._attn_impl…``  in a padded prefill)
@@ -227,6 +228,24 @@ def decode_cache(prefix_cache, rows: int, capacity: int):
     return cache
 
 
+def row_cache(rows_kv: list, width: int, capacity: int):
+    """A decode cache like :func:`decode_cache` whose row ``i`` starts with its own keys and values, ``rows_kv[i]``
+    (one ``(keys, values)`` pair per layer, each ``[heads, n_i, dim]``, or ``None`` for none), right-aligned in the
+    first ``width`` positions with zeros before them (the caller's attention mask hides those); ``None`` where the
+    couplings are off. The engine's per-row reuse across turns (``agentlab.engines.torch``) decodes into it."""
+    if not COMPATIBLE:
+        return None
+    from transformers.cache_utils import DynamicCache
+
+    layer = functools.partial(_preallocated_layer_class(), len(rows_kv), capacity)
+    cache = DynamicCache()
+    for depth in range(len(next(kv for kv in rows_kv if kv is not None))):
+        cache.layers.append(layer())
+        cache.layers[-1].fill([kv[depth] if kv is not None else None for kv in rows_kv], width)
+    cache.layer_class_to_replicate = layer
+    return cache
+
+
 GQA_PREFILL = "agentlab_sdpa"
 
 
@@ -315,6 +334,20 @@ def _preallocated_layer_class():
         def __init__(self, rows: int, capacity: int):
             super().__init__()
             self.rows, self.capacity, self.filled = rows, capacity, 0
+
+        def fill(self, pairs: list, width: int) -> None:
+            """Start with row ``i``'s ``pairs[i] = (keys, values)`` (``[heads, n_i, dim]``) in positions
+            ``width - n_i .. width``; zeros before them (finite: a masked position still enters the kernel)."""
+            keys, values = next(p for p in pairs if p is not None)
+            self.device, self.is_initialized = keys.device, True
+            self.k_buf = keys.new_zeros(self.rows, keys.shape[0], max(self.capacity, width), keys.shape[-1])
+            self.v_buf = values.new_zeros(self.rows, values.shape[0], max(self.capacity, width), values.shape[-1])
+            for i, pair in enumerate(pairs):
+                if pair is not None and pair[0].shape[-2]:
+                    self.k_buf[i, :, width - pair[0].shape[-2]:width] = pair[0]
+                    self.v_buf[i, :, width - pair[1].shape[-2]:width] = pair[1]
+            self.filled = width
+            self.keys, self.values = self.k_buf[:, :, :width], self.v_buf[:, :, :width]
 
         def update(self, key_states, value_states, *args, **kwargs):
             q = key_states.shape[-2]

@@ -31,6 +31,7 @@ def add_greedy_eval_args(parser, n: int, max_new_tokens: int) -> None:
     parser.add_argument("--n", type=int, default=n)
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    parser.add_argument("--max-context", type=int, default=None, help="context budget (default: the loop's)")
 
 
 def greedy_eval_setup(args, split: str):
@@ -52,8 +53,9 @@ def timed_greedy(model, tok, spec, tasks, args, batch_size: int, precision: str 
     ``engine(model, tok, config, greedy, seed)``: the ``GenerateFn`` factory (default: ``backend``'s)."""
     from agentlab.rollout import LoopConfig, run_episodes
 
+    context = {"max_context": args.max_context} if getattr(args, "max_context", None) else {}
     cfg = LoopConfig(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, temperature=0,
-                     batch_size=batch_size, precision=precision, backend=backend)
+                     batch_size=batch_size, precision=precision, backend=backend, **context)
     t0 = time.perf_counter()
     generate = engine(model, tok, cfg, True, 0) if engine else None
     episodes = run_episodes(model, tok, spec, tasks, config=cfg, greedy=True, progress=False, generate_fn=generate)

@@ -13,6 +13,9 @@ turn). The two configurations alternate, round by round, in one process on one m
 - ``agentlab``: the preallocated cache (``trl_compat.decode_cache``), the folded LM head
   (``engines.torch._fold_lm_head_input``) and the padded prefill on the key/value heads (``trl_compat.gqa_prefill``).
 
+- ``agentlab_fresh``: ``agentlab`` with every row prefilled whole each call, as before the torch engine kept each
+  row's keys and values across turns (``engines.torch``): the side-by-side measure of that reuse.
+
 - ``llama_cpp_fresh``: ``llama_cpp`` with every row's stream started afresh each call (a copy of the shared
   prefix, then the whole rest of the conversation encoded), as before a row's stream kept its earlier turns
   (``llamacpp.Engine._place``): the side-by-side measure of that reuse.
@@ -48,6 +51,7 @@ def engine_of(name: str):
 
     return {"reference": lambda *args: hf_generate_fn(*args, levers=False),
             "agentlab": hf_generate_fn,
+            "agentlab_fresh": lambda *args: hf_generate_fn(*args, reuse_rows=False),
             "llama_cpp": llamacpp.generate_fn,
             "llama_cpp_fresh": lambda *args: llamacpp.generate_fn(*args, keep_streams=False)}[name]
 
@@ -59,7 +63,8 @@ def main(argv=None) -> dict:
     add_greedy_eval_args(p, n=200, max_new_tokens=48)
     p.add_argument("--batch-size", type=int, default=48)
     p.add_argument("--rounds", type=int, default=2, help="rounds of every config, order alternating")
-    p.add_argument("--configs", default=None, help="comma-separated, of reference, agentlab, llama_cpp, llama_cpp_fresh "
+    p.add_argument("--configs", default=None, help="comma-separated, of reference, agentlab, agentlab_fresh, llama_cpp, "
+                   "llama_cpp_fresh "
                    "(default: all three when llama-cpp-python is installed)")
     a = p.parse_args(argv)
 
@@ -99,6 +104,9 @@ def main(argv=None) -> dict:
            "identical_episodes_llama_cpp_fresh": same("llama_cpp", "llama_cpp_fresh"),
            "target_seconds_for_200": TARGETS.get(a.env),
            "best_seconds_per_200": best("agentlab"), "best_seconds_per_200_llama_cpp": best("llama_cpp")}
+    out["identical_episodes_agentlab_fresh"] = same("agentlab", "agentlab_fresh")
+    if "agentlab" in median and "agentlab_fresh" in median:
+        out["speedup_row_reuse"] = median["agentlab_fresh"] / median["agentlab"]
     if "llama_cpp" in median and "llama_cpp_fresh" in median:
         out["speedup_llama_cpp_row_reuse"] = median["llama_cpp_fresh"] / median["llama_cpp"]
     for name in ("agentlab", "llama_cpp"):

@@ -241,6 +241,36 @@ def test_prefix_cached_generation_matches_uncached_token_for_token(tiny):
     assert cached(turn2) == plain(turn2)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_rows_reused_across_turns_match_uncached_decoding(tiny, precision):
+    """A row that extends its last call's tokens starts from its kept keys and values (only its new tokens are
+    prefilled), beside a row that starts fresh, over three turns of different-length tool replies: the same
+    tokens as decoding without any cache, and the reuse really happened."""
+    from agentlab.engines.torch import hf_generate_fn
+
+    model, tok = _contextual(tiny)
+    renderer = Renderer(tok, SPEC.env_class)
+    tasks = SPEC.make_tasks("test", 4, seed=5)
+    cfg = LoopConfig(max_new_tokens=6, temperature=0, precision=precision)
+    reused = hf_generate_fn(model, tok, cfg, greedy=True, seed=0)
+    plain = hf_generate_fn(model, tok, cfg, greedy=True, seed=0, prefix_cache=False)
+
+    def reply(text):
+        return renderer.suffix_ids([{"role": "tool", "name": "lookup_person", "content": text}])
+
+    seqs = [renderer.prompt_ids(t) for t in tasks[:3]]
+    out = reused(seqs)
+    assert out == plain(seqs)
+    seqs = [seqs[0] + out[0] + reply("Ada Vell | lives in Oslo"), renderer.prompt_ids(tasks[3]),
+            seqs[2] + out[2] + reply("no match")]
+    out = reused(seqs)
+    assert out == plain(seqs)
+    seqs = [seqs[0] + out[0] + reply("no match"), seqs[2] + out[2] + reply("Bo Lind | born 1970 | lives in Rome")]
+    assert reused(seqs) == plain(seqs)
+    assert reused.stats["rows_reused"] == 4 and reused.stats["rows"] == 8
+    assert reused.stats["tokens_reused"] > reused.stats["tokens_prefilled"] / 2
+
+
 def test_same_tokens_as_trl_tool_loop(tiny, tmp_path):
     """Render the same scripted episodes with TRL's GRPOTrainer tool loop and with ours: identical ids and masks."""
     from datasets import Dataset
