@@ -177,8 +177,9 @@ class Comparison:
 
         grpo_run = RunDir(self.run.path / "grpo")
         if not grpo_run.finished:
-            run_grpo(self.cfg.experiment(), train, val, init_adapter=self.adapter(start), run=grpo_run,
-                     engine=self.engine)
+            adapter = self.adapter(start)  # its search's validation pass is GRPO's step 0 (train.reuse_start_eval)
+            run_grpo(self.cfg.experiment(), train, val, init_adapter=adapter, run=grpo_run, engine=self.engine,
+                     start_eval=adapter.parent / f"validation-step-{start['steps']}")
         evals = [e for e in grpo_run.evals() if e["step"] > 0]
         for e in evals:
             self._tried({"arm": "grpo", "regime": self.cfg.data(), "lr": self.cfg.grpo_lr, "steps": e["step"],

@@ -194,8 +194,12 @@ def step_metrics(episodes: list[Episode], group_size: int, spec=None) -> dict:
 
 def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], init_adapter: str | Path | None = None,
              run: RunDir | None = None, overwrite: bool = False, backend: str = "hf", recipe: str | None = None,
-             trainer_overrides: dict | None = None, engine=None, loader=None) -> RunDir:
+             trainer_overrides: dict | None = None, engine=None, loader=None, start_eval: Path | None = None) -> RunDir:
     """Train with GRPO; resume from the last checkpoint when the run folder has one.
+
+    ``start_eval``: a folder where :func:`agentlab.pipeline.evaluate` already scored ``init_adapter`` on
+    ``eval_tasks`` (an SFT search's validation pass): step 0's evaluation is read from it instead of run again when
+    its tasks, loop and reward are step 0's own (:func:`reuse_start_eval`), else it runs.
 
     ``engine(model, tok, config, greedy, seed) -> GenerateFn`` decodes the rollouts and checkpoint evals instead of
     the experiment's ``rollout_backend`` (a scripted policy in the reliability study, another engine).
@@ -242,7 +246,7 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
         exp, spec, model, tok, train_tasks, eval_tasks, run, reward_fn=reward_fn, engine=engine,
         peft_config=None if (init_adapter or backend == "unsloth") else lora_config(exp.lora_r),
         trainer_overrides=trainer_overrides)
-    if not resume:
+    if not resume and not (main and start_eval and reuse_start_eval(Path(start_eval), exp, eval_tasks, run)):
         checkpoint_eval(0)
     trainer.train(resume_from_checkpoint=resume)
     if stats.skipped_in_row >= exp.max_nonfinite:
@@ -328,6 +332,32 @@ def _tracking_env(report_to: tuple[str, ...]) -> None:
 
     if "wandb" in report_to and not os.environ.get("WANDB_API_KEY"):
         os.environ.setdefault("WANDB_MODE", "offline")
+
+
+def reuse_start_eval(folder: Path, exp: Experiment, tasks: list[Task], run: RunDir) -> bool:
+    """Record ``folder``'s evaluation (``summary.json`` + ``rollouts.jsonl``) as ``run``'s step 0 when it is the one
+    :func:`evaluate_policy` would make: the same tasks in order, the same greedy loop, and the environment's default
+    reward (the one it was scored with). Why: a comparison's GRPO starts from an adapter its SFT search has just
+    scored on the same validation tasks; on doc_search that second, identical pass cost 7 minutes a seed."""
+    import dataclasses
+    import json
+    import shutil
+
+    from agentlab.evals import read_rollouts, summarize
+
+    summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").exists() else None
+    if summary is None or exp.reward_object() is not None or summary.get("samples") != 1:
+        return False
+    loop = replace(exp.loop(), temperature=0, batch_size=EVAL_BATCH)
+    if summary.get("loop") != json.loads(json.dumps(dataclasses.asdict(loop))):
+        return False
+    episodes = read_rollouts(folder / "rollouts.jsonl")[0]
+    if [ep.task.id for ep in episodes] != [t.id for t in tasks[: exp.eval_tasks]]:
+        return False
+    (run.path / "evals").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(folder / "rollouts.jsonl", run.path / "evals" / "step-0000.rollouts.jsonl")
+    run.write_json("evals/step-0000.json", {"step": 0, **summarize(episodes), "from": run.rel(folder)})
+    return True
 
 
 def evaluate_policy(model, tok, spec, tasks: list[Task], exp: Experiment, run: RunDir, step: int,

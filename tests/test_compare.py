@@ -81,6 +81,13 @@ def test_every_arm_end_to_end_and_resume(tmp_path, monkeypatch):
     best = max(search, key=lambda t: t["validation"]["success"])["validation"]["success"]
     assert saved["choices"]["sft_best"]["validation"]["success"] == best
     assert saved["choices"]["grpo"]["step"] >= 1  # GRPO's own checkpoint counts, never its SFT start
+    # GRPO's step 0 is its start's validation pass, read back, not run again (same rollouts, same figure)
+    start = run / saved["choices"]["sft_best"]["adapter"]
+    step0 = json.loads((run / "grpo" / "evals" / "step-0000.json").read_text())
+    scored = start.parent / f"validation-step-{saved['choices']['sft_best']['steps']}"
+    assert step0["from"].endswith(f"{scored.parent.name}/{scored.name}")
+    assert step0["success"] == json.loads((scored / "summary.json").read_text())["success"]
+    assert (run / "grpo/evals/step-0000.rollouts.jsonl").read_text() == (scored / "rollouts.jsonl").read_text()
     # the test split is touched once per arm; GRPO's checkpoint evals read validation tasks only
     test_ids = {json.loads(line)["id"] for line in (run / "tasks" / "test.jsonl").read_text().splitlines()}
     val_ids = {json.loads(line)["id"] for line in (run / "tasks" / "validation.jsonl").read_text().splitlines()}
