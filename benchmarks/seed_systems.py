@@ -103,6 +103,38 @@ def run_seed(base, seed: int, arms: tuple[str, ...]) -> tuple[Path, dict]:
     return runs_dir() / cfg.name, json.loads((runs_dir() / cfg.name / "result.json").read_text())
 
 
+def tune(base, seed: int, text: str) -> dict:
+    """GRPO with ``text``'s settings (``field=value,...`` of ``CompareConfig``: ``grpo_steps``, ``groups_per_step``,
+    ``group_size``, ``grpo_lr``, ``temperature``, ``eval_every``) from the seed's chosen SFT start, on its own
+    training and validation tasks, into ``<seed run>/tune/<field-value_...>``: how GRPO's setting is chosen on seed 0's
+    validation split before the study's seeds run with it. Resumes; returns its validation curve and training side."""
+    from agentlab.compare_config import CompareConfig
+    from agentlab.paths import runs_dir
+    from agentlab.runs import RunDir
+    from agentlab.synth import load_tasks
+    from agentlab.train import run_grpo
+
+    seed_run = RunDir(runs_dir() / "seed-systems" / base.env / f"seed-{seed}")
+    given = dict(kv.split("=", 1) for kv in text.split(","))
+    saved = json.loads(seed_run.config_file.read_text())
+    cfg = CompareConfig.from_text({**{k: ",".join(map(str, v)) if isinstance(v, list) else str(v)
+                                      for k, v in saved.items() if v is not None}, **given})
+    start = json.loads((seed_run.path / "sft_best" / "choice.json").read_text())
+    adapter = seed_run.resolve(start["adapter"])
+    exp = replace(cfg.experiment(), name=f"{cfg.name}/tune/" + "_".join(f"{k}-{v}" for k, v in given.items()))
+    tasks = {s: load_tasks(seed_run.path / "tasks" / f"{s}.jsonl") for s in ("train", "validation")}
+    run = RunDir(runs_dir() / exp.name)
+    if not run.finished:
+        run_grpo(exp, tasks["train"], tasks["validation"], init_adapter=adapter, run=run,
+                 start_eval=adapter.parent / f"validation-step-{start['steps']}")
+    steps = run.metrics()
+    return {"seed": seed, "settings": given, "start": {k: start[k] for k in ("lr", "steps")},
+            "validation": [{"step": e["step"], "reward": e["reward"]["mean"], "success": e["success"]["mean"],
+                            "success_ci": [e["success"]["ci_low"], e["success"]["ci_high"]]} for e in run.evals()],
+            "training": {k: [x.get(k) for x in steps] for k in (
+                "reward_mean", "zero_variance_groups", "entropy", "time_step_s")}}
+
+
 def markdown_table(study: dict) -> str:
     """The README's table: per env and seed, F4 / success / precision / recall of each policy and GRPO − sft_best."""
     head = ["env", "seed", "policy", "F4", "success", "precision", "recall", "curated"]
@@ -151,6 +183,8 @@ def main(argv=None) -> int:
     p.add_argument("--arms", default="sft_best,grpo")
     p.add_argument("--gather-only", action="store_true")
     p.add_argument("--table", action="store_true")
+    p.add_argument("--tune", default=None, help="GRPO settings to try from each seed's SFT start on validation, "
+                   "e.g. groups_per_step=4,group_size=4,grpo_steps=15,eval_every=5 (recorded under 'tuning')")
     a = p.parse_args(argv)
     path = RESULTS / "seed_systems.json"
     out = json.loads(path.read_text()) if path.exists() else {}
@@ -158,6 +192,14 @@ def main(argv=None) -> int:
         print(markdown_table(out))
         return 0
     base = CompareConfig.from_text({"env": a.env, **STUDY[a.env]})
+    if a.tune:
+        tuning = out.setdefault(a.env, {}).setdefault("tuning", [])
+        for seed in a.seeds:
+            entry = tune(base, seed, a.tune)
+            tuning[:] = [t for t in tuning if (t["seed"], t["settings"]) != (seed, entry["settings"])] + [entry]
+            print(json.dumps(entry["validation"]))
+        print(f"-> {write_result('seed_systems.json', out)}")
+        return 0
     seeds = {s["seed"]: s for s in out.get(a.env, {}).get("seeds", [])}  # kept: seeds not re-run here
     tried = {json.dumps(t, sort_keys=True): t for t in out.get(a.env, {}).get("tried", [])}
     for seed in a.seeds:
@@ -171,7 +213,7 @@ def main(argv=None) -> int:
         seeds[seed] = seed_entry(run, result)
         for t in result["tried"]:
             tried.setdefault(json.dumps({"seed": seed, **t}, sort_keys=True), {"seed": seed, **t})
-    out[a.env] = {"n": base.test, "regime": base.regime, "budget": vars(load(a.env).budget),
+    out[a.env] = {**{k: v for k, v in out.get(a.env, {}).items() if k == "tuning"}, "n": base.test, "regime": base.regime, "budget": vars(load(a.env).budget),
                   "config": {k: v for k, v in json.loads(json.dumps(vars(base))).items() if k not in ("name", "seed")},
                   "machine": describe(), "tried": list(tried.values()), "seeds": [seeds[k] for k in sorted(seeds)]}
     print(f"-> {write_result('seed_systems.json', out)}")
