@@ -92,6 +92,7 @@ def hf_generate_fn(model, tokenizer, config, greedy: bool, seed: int,
         if any(hits):
             prefix_layers = [(layer.keys[0], layer.values[0]) for layer in prefix.layers] if prefix else None
             past = row_cache([h[1] if h else prefix_layers for h in hits], width_cached, capacity)
+            kept.clear()
         else:
             past = decode_cache(prefix, len(seqs), capacity) if levers else None
         if past is None and prefix is not None:  # the couplings are off: repeat a copy of the prefix's cache
@@ -102,8 +103,9 @@ def hf_generate_fn(model, tokenizer, config, greedy: bool, seed: int,
         stats["calls"] += 1
         stats["rows"] += len(seqs)
         stats["rows_reused"] += sum(h is not None for h in hits)
-        stats["tokens_reused"] += sum(len(h[0]) for h in hits if h)
+        stats["tokens_reused"] += sum(n for n, h in zip(own, hits, strict=True) if h)
         stats["tokens_prefilled"] += sum(map(len, rests))
+        del hits  # the kept tensors the cache was filled from: not held twice while decoding
         torch.manual_seed(seed * 1_000_003 + calls[0])  # reproducible from the seed, different per call
         calls[0] += 1
         sampling = {"do_sample": False} if greedy or config.temperature == 0 else {
