@@ -100,13 +100,15 @@ def expert_iteration(cmp, start: dict, budget_s: float, train: list[Task], val: 
     """``cfg.ei_rounds`` rounds within GRPO's seconds, each half sampling (the next training tasks, G each) and
     half SFT on every distinct verified success kept so far, continuing the previous round's adapter (the first
     round's: ``sft_best``); each round's adapter scored on validation, the best kept (ties: the earlier round).
-    A round that keeps nothing trains nothing: its adapter is the previous one."""
+    A round that keeps nothing trains nothing: its adapter is the previous one, and its figure the one already
+    measured (the start's from its search) rather than a second pass over the same validation tasks."""
     from agentlab.train import run_sft
 
     folder, rounds = cmp.run.path / "expert_iteration", cmp.cfg.ei_rounds
     per_round, adapter, kept, todo = budget_s / rounds, cmp.adapter(start), [], list(train)
     log = cmp.run.read_json("expert_iteration/rounds.json") or {"rounds": []}
     best = None
+    scored_adapter, last_figure = adapter, start["validation"]  # the start, as its search scored it
     for r in range(1, rounds + 1):
         here = folder / f"round-{r}"
         episodes, todo = sample(cmp, adapter, todo, per_round / 2, here / "samples.jsonl", f"ei_round{r}_sampling",
@@ -123,10 +125,14 @@ def expert_iteration(cmp, start: dict, budget_s: float, train: list[Task], val: 
             log["rounds"].append({"round": r, "sampled": len(episodes), "kept_new": len(new),
                                   "kept_total": len(kept), "adapter": cmp.run.rel(adapter)})
             cmp.run.write_json("expert_iteration/rounds.json", log)
-        scored = cmp._timed(f"expert_iteration_round{r}_validation", cmp.evaluate, here / "validation", adapter, val,
-                            f"expert_iteration round {r}")
+        if adapter == scored_adapter:  # nothing kept yet, or nothing new trained: the figure already measured
+            figure = dict(last_figure)
+        else:
+            figure = cmp.figure(cmp._timed(f"expert_iteration_round{r}_validation", cmp.evaluate, here / "validation",
+                                           adapter, val, f"expert_iteration round {r}"))
+        scored_adapter, last_figure = adapter, figure
         point = {"arm": "expert_iteration", "regime": cmp.cfg.data(), "lr": start["lr"], "steps": r,
-                 "validation": cmp.figure(scored)}
+                 "validation": figure}
         cmp._tried(point)
         if best is None or point["validation"][cmp.cfg.select] > best[0]["validation"][cmp.cfg.select]:
             best = (point, adapter)

@@ -112,6 +112,10 @@ def test_every_arm_end_to_end_and_resume(tmp_path, monkeypatch):
     assert 1 <= ei["round"] <= len(ei["rounds"]) == len(rounds) <= cfg.ei_rounds
     assert ei["validation"]["success"] == max(t["validation"]["success"] for t in rounds)
     assert all(r["kept_total"] >= r["kept_new"] for r in ei["rounds"])
+    for r, point in zip(ei["rounds"], rounds, strict=True):  # a round that kept nothing is not scored again
+        if r["kept_total"] == 0:
+            assert not (run / "expert_iteration" / f"round-{r['round']}" / "validation").exists()
+            assert point["validation"] == saved["choices"]["sft_best"]["validation"]
     assert (run / "result.png").stat().st_size > 10_000
     # resume: a finished comparison is read back, not redone
     stamps = {p: p.stat().st_mtime_ns for p in run.rglob("adapter_model.safetensors")}
