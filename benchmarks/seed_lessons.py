@@ -121,7 +121,9 @@ def main(argv=None) -> int:
     if not choice.exists():
         raise SystemExit(f"{choice} does not exist: run benchmarks/seed_systems.py --env {a.env} --seeds 0 first "
                          f"(the lessons start from its sft_best)")
-    adapter = start / json.loads(choice.read_text())["adapter"]
+    chosen = json.loads(choice.read_text())
+    adapter = start / chosen["adapter"]
+    scored = adapter.parent / f"validation-step-{chosen['steps']}"  # step 0 of a run under the study's reward
     train, val = load_tasks(start / "tasks" / "train.jsonl"), load_tasks(start / "tasks" / "validation.jsonl")
     settings = list(dict.fromkeys(s for lesson in a.lessons for s in LESSONS[lesson]))
     runs: dict[str, dict[int, dict]] = {s: {} for s in settings}
@@ -131,7 +133,7 @@ def main(argv=None) -> int:
             folder = runs_dir() / exp.name
             if not a.gather_only and not (folder / "DONE").exists():
                 print(f"[{setting} seed {seed}] {STEPS} GRPO steps from {adapter.parent.name}/{adapter.name}", flush=True)
-                run_grpo(exp, train, val, init_adapter=adapter)
+                run_grpo(exp, train, val, init_adapter=adapter, start_eval=scored)
             if (folder / "DONE").exists():
                 runs[setting][seed] = run_metrics(folder)
     path = RESULTS / "seed_systems.json"
