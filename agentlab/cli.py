@@ -247,8 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--smoke", action="store_true", help="tiny model and sizes (seconds; for CI)")
     p.add_argument("--name", default=None)
     p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--rollout-backend", default=None, choices=["torch", "llama_cpp"],
-                   help="decoding engine for rollouts and evaluations (llama_cpp: after make setup-llamacpp)")
+    p.add_argument("--rollout-backend", default=None, choices=["torch", "llama_cpp", "auto"],
+                   help="decoding engine for rollouts and evaluations (llama_cpp: after make setup-llamacpp; "
+                   "auto: the one measured fastest on this machine class)")
     p.set_defaults(func=_cmd_quickstart)
 
     from agentlab.compare import ARMS, CompareConfig
@@ -353,8 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-turns", type=int, default=None, help="default: the environment's budget")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: the environment's budget")
     p.add_argument("--name", default=None)
-    p.add_argument("--rollout-backend", default="torch", choices=["torch", "llama_cpp"],
-                   help="decoding engine (llama_cpp: agentlab.engines.llamacpp, after make setup-llamacpp)")
+    p.add_argument("--rollout-backend", default="torch", choices=["torch", "llama_cpp", "auto"],
+                   help="decoding engine (llama_cpp: after make setup-llamacpp; auto: the one measured fastest here)")
     _add_trl_class_args(p)
     p.set_defaults(func=_cmd_eval)
 

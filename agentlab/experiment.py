@@ -61,7 +61,7 @@ class Experiment:
     loss_type: str = "dapo"       # TRL's GRPO loss variants (LOSS_TYPES); "dapo" is TRL's default
     scale_rewards: str = "group"  # divide advantages by the group's std ("group"), the batch's, or not ("none")
     max_nonfinite: int = 3        # updates with non-finite gradients are skipped; this many in a row stop the run
-    rollout_backend: str = "torch"  # CPU decoding of rollouts and checkpoint evals: "torch" or "llama_cpp"
+    rollout_backend: str = "torch"  # CPU decoding of rollouts and checkpoint evals: "torch", "llama_cpp", "auto"
 
     def __post_init__(self):
         from agentlab.envs import load

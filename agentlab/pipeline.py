@@ -117,6 +117,10 @@ def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str
     summary = {"label": label, "model": model_name, "adapter": recorded, "env": env, "samples": samples,
                "greedy": greedy, "loop": dataclasses.asdict(loop), "seconds": time.time() - t0,
                "workers": max(workers, 1), **summarize(episodes)}
+    if loop.backend == "auto":  # which engine that was here, and why
+        from agentlab.engines.choice import choose
+
+        summary["engine"] = choose(loop.precision)
     _atomic_write(out_dir / "summary.json", json.dumps(summary, indent=2, sort_keys=True))  # a kill: old or new
     plot_eval_summary(summary, out_dir / "summary.png")
     return summary

@@ -21,8 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
-from agentlab.engines import KINDS as BACKENDS
-from agentlab.engines import GenerateFn, make
+from agentlab.engines import BACKENDS, GenerateFn, make
 from agentlab.retries import (
     INFRA_ERRORS,
     call_with_retries,
@@ -67,7 +66,7 @@ class LoopConfig:
     retries: int = 2              # extra attempts for a tool call that raised (environment fault)
     backoff_s: float = 0.05       # first retry delay; doubles each attempt
     precision: str = "auto"       # decoding: "auto" (bf16 where the CPU has it, agentlab.precision), "fp32", "bf16"
-    backend: str = "torch"        # decoding engine: "torch" (transformers) or "llama_cpp" (agentlab.engines.llamacpp)
+    backend: str = "torch"        # decoding engine: "torch", "llama_cpp" or "auto" (the one measured fastest here)
 
     @classmethod
     def of(cls, spec: EnvSpec, **overrides) -> LoopConfig:

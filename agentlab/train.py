@@ -227,6 +227,10 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
     main = is_main_process()
     run.prepare({**exp.to_config(), "init_adapter": run.rel(init_adapter) if init_adapter else None},
                 overwrite=overwrite, defaults=Experiment().to_config(), write=main)
+    if main and exp.rollout_backend == "auto":  # which engine "auto" decodes with here, and why
+        from agentlab.engines.choice import choose
+
+        run.write_json("engine.json", choose(exp.precision))
     _threads()
     checkpoints = [] if overwrite else run.checkpoints()  # (the main process may not have emptied the folder yet)
     resume = str(checkpoints[-1]) if checkpoints else None

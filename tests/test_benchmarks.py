@@ -121,6 +121,14 @@ def test_the_eval_benchmark_reference_decodes_on_transformers_own_path_and_back(
     assert model.config._attn_implementation == trl_compat.GQA_PREFILL
 
 
+def test_the_auto_engine_table_is_what_engine_agreement_measured():
+    """``backend="auto"`` chooses from ``engines.choice.MEASURED``: the seconds the benchmark wrote, per class."""
+    from agentlab.engines.choice import MEASURED
+
+    results = json.loads((Path(__file__).parent.parent / "benchmarks/results/engine_agreement.json").read_text())
+    assert MEASURED == {k: v["seconds"] for k, v in results["machines"].items()}
+
+
 def test_the_readme_engine_agreement_table_is_the_results_file_rendered():
     """The agreement table in docs/performance.md is `engine_agreement.py --table` over the committed JSON."""
     import engine_agreement

@@ -81,6 +81,31 @@ def test_backend_reaches_every_loop_a_run_builds():
     assert CompareConfig().eval_loop().backend == "torch"
 
 
+@pytest.mark.parametrize(("machine", "precision", "installed", "engine"), [
+    ("avx512-bf16", "bf16", True, "torch"),        # 103 s vs 104.9 s: a tie goes to torch, the reference
+    ("avx512-bf16", "fp32", True, "llama_cpp"),    # 210.8 s vs 141.0 s
+    ("avx512-bf16", "fp32", False, "torch"),       # faster where installed only
+    ("amx", "bf16", True, "torch"),                # a class never measured: torch, and how to measure it
+])
+def test_auto_is_the_engine_measured_fastest_on_this_class_of_machine(monkeypatch, machine, precision, installed,
+                                                                        engine):
+    from agentlab import machine as machine_module
+    from agentlab.engines import choice, make
+
+    monkeypatch.setattr(machine_module, "cpu_class", lambda: machine)
+    picked = choice.choose(precision, available=installed)
+    assert picked["engine"] == engine and picked["machine"] == f"{machine}/{precision}"
+    assert ("never measured" in picked["why"]) == (picked["seconds"] is None)
+    assert ("not installed" in picked["why"]) == (not installed and precision == "fp32")
+    from agentlab.experiment import Experiment
+    from agentlab.rollout import LoopConfig
+
+    assert Experiment(rollout_backend="auto").loop().backend == "auto"  # a config may name it
+    monkeypatch.setattr(choice, "choose", lambda precision="auto", available=None: {"engine": "what-choose-said"})
+    with pytest.raises(ValueError, match="what-choose-said"):  # make() decodes with the engine choose() names
+        make("auto", None, None, LoopConfig(), True, 0)
+
+
 needs_llama = pytest.mark.skipif(not llamacpp.available(), reason="llama-cpp-python is not installed "
                                  "(make setup-llamacpp)")
 

@@ -13,13 +13,18 @@ tests and demonstrations). An engine must follow weight updates and state its ag
 
 from __future__ import annotations
 
-from agentlab.engines.base import KINDS, GenerateFn, Sampled, common_prefix
+from agentlab.engines.base import BACKENDS, KINDS, GenerateFn, Sampled, common_prefix
 
-__all__ = ["KINDS", "GenerateFn", "Sampled", "common_prefix", "make"]
+__all__ = ["BACKENDS", "KINDS", "GenerateFn", "Sampled", "common_prefix", "make"]
 
 
 def make(kind: str, model, tokenizer, config, greedy: bool, seed: int) -> GenerateFn:
-    """The ``kind`` engine (``KINDS``) decoding ``model``'s current weights under ``config`` (a ``LoopConfig``)."""
+    """The ``kind`` engine (``KINDS``, or ``"auto"``: :func:`agentlab.engines.choice.choose`) decoding ``model``'s
+    current weights under ``config`` (a ``LoopConfig``)."""
+    if kind == "auto":
+        from agentlab.engines.choice import choose
+
+        kind = choose(config.precision)["engine"]
     if kind == "torch":
         from agentlab.engines.torch import hf_generate_fn
 

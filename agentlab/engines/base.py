@@ -11,6 +11,7 @@ from collections.abc import Callable
 GenerateFn = Callable[[list[list[int]]], list[list[int]]]
 
 KINDS = ("torch", "llama_cpp")
+BACKENDS = (*KINDS, "auto")  # what a config may name: "auto" is the engine measured fastest here (engines.choice)
 
 
 class Sampled(list):
