@@ -340,7 +340,7 @@ def _tracking_env(report_to: tuple[str, ...]) -> None:
 
 def reuse_start_eval(folder: Path, exp: Experiment, tasks: list[Task], run: RunDir) -> bool:
     """Record ``folder``'s evaluation (``summary.json`` + ``rollouts.jsonl``) as ``run``'s step 0 when it is the one
-    :func:`evaluate_policy` would make: the same tasks in order, the same greedy loop, and the environment's default
+    :func:`evaluate_policy` would make: the same tasks, the same greedy loop, and the environment's default
     reward (the one it was scored with). Why: a comparison's GRPO starts from an adapter its SFT search has just
     scored on the same validation tasks; on doc_search that second, identical pass cost 7 minutes a seed."""
     import dataclasses
@@ -356,8 +356,8 @@ def reuse_start_eval(folder: Path, exp: Experiment, tasks: list[Task], run: RunD
     if summary.get("loop") != json.loads(json.dumps(dataclasses.asdict(loop))):
         return False
     episodes = read_rollouts(folder / "rollouts.jsonl")[0]
-    if [ep.task.id for ep in episodes] != [t.id for t in tasks[: exp.eval_tasks]]:
-        return False
+    if sorted(ep.task.id for ep in episodes) != sorted(t.id for t in tasks[: exp.eval_tasks]):
+        return False  # (a rollouts file lists episodes in the order they ended, not the tasks')
     (run.path / "evals").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(folder / "rollouts.jsonl", run.path / "evals" / "step-0000.rollouts.jsonl")
     run.write_json("evals/step-0000.json", {"step": 0, **summarize(episodes), "from": run.rel(folder)})

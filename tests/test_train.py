@@ -448,3 +448,37 @@ def test_two_processes_resume_exactly_after_kill_minus_9(tmp_path):
     log = again.communicate(timeout=600)[0]
     assert again.returncode == 0, log[-3000:]
     _one_writer_records(run, steps=3)
+
+
+def test_start_eval_is_read_back_only_when_it_is_step_zeros_own(tmp_path):
+    """A comparison's SFT search already scored GRPO's start on the validation tasks: ``reuse_start_eval`` records
+    that pass as step 0 — whatever order its episodes ended in — and refuses it for another loop, reward or tasks."""
+    from dataclasses import asdict, replace
+
+    from agentlab.evals import summarize, write_episode
+    from agentlab.reward_design import scripted_episode
+    from agentlab.rollout import EVAL_BATCH
+    from agentlab.train import reuse_start_eval
+
+    spec = load("lookup")
+    tasks = spec.make_tasks("validation", 4, seed=0)
+    exp = Experiment(name="start-eval", env="lookup", eval_tasks=4)
+    episodes = [scripted_episode(spec, t, spec.expert if i % 2 else spec.random_policy) for i, t in enumerate(tasks)]
+    folder = tmp_path / "validation-step-8"
+    folder.mkdir()
+    with open(folder / "rollouts.jsonl", "w") as fh:
+        for ep in reversed(episodes):  # a rollouts file lists episodes as they ended
+            write_episode(fh, ep)
+    loop = replace(exp.loop(), temperature=0, batch_size=EVAL_BATCH)
+    (folder / "summary.json").write_text(json.dumps({"samples": 1, "loop": asdict(loop), **summarize(episodes)}))
+    run = RunDir(tmp_path / "grpo")
+    assert reuse_start_eval(folder, exp, tasks, run)
+    step0 = json.loads((run.path / "evals" / "step-0000.json").read_text())
+    assert step0["success"] == summarize(episodes)["success"] and 0 < step0["success"]["mean"] < 1
+    assert step0["from"].endswith("validation-step-8")
+    for other_exp, other_tasks in [(replace(exp, max_turns=exp.max_turns + 1), tasks),
+                                   (replace(exp, reward="success"), tasks),
+                                   (exp, tasks[:3] + spec.make_tasks("test", 1, seed=0))]:
+        elsewhere = RunDir(tmp_path / f"other-{len(list(tmp_path.iterdir()))}")
+        assert not reuse_start_eval(folder, other_exp, other_tasks, elsewhere)
+        assert not (elsewhere.path / "evals").exists()
