@@ -59,6 +59,7 @@ HOMES = {
     "setup_notebook": "agentlab.notebook",
     # agentlab.paths
     "runs_dir": "agentlab.paths",
+    "shown": "agentlab.paths",
     # agentlab.pipeline
     "evaluate": "agentlab.pipeline",
     "load_split": "agentlab.pipeline",

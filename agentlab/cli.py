@@ -21,6 +21,7 @@ import json
 import sys
 from pathlib import Path
 
+from agentlab.engines import BACKENDS
 from agentlab.paths import shown
 from agentlab.pipeline import evaluate, load_split, print_summary, synth, tasks_dir, tasks_of
 
@@ -247,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--smoke", action="store_true", help="tiny model and sizes (seconds; for CI)")
     p.add_argument("--name", default=None)
     p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--rollout-backend", default=None, choices=["torch", "llama_cpp", "auto"],
+    p.add_argument("--rollout-backend", default=None, choices=BACKENDS,
                    help="decoding engine for rollouts and evaluations (llama_cpp: after make setup-llamacpp; "
                    "auto: the one measured fastest on this machine class)")
     p.set_defaults(func=_cmd_quickstart)
@@ -354,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-turns", type=int, default=None, help="default: the environment's budget")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: the environment's budget")
     p.add_argument("--name", default=None)
-    p.add_argument("--rollout-backend", default="torch", choices=["torch", "llama_cpp", "auto"],
+    p.add_argument("--rollout-backend", default="torch", choices=BACKENDS,
                    help="decoding engine (llama_cpp: after make setup-llamacpp; auto: the one measured fastest here)")
     _add_trl_class_args(p)
     p.set_defaults(func=_cmd_eval)

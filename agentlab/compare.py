@@ -38,7 +38,13 @@ from agentlab.runs import RunDir, write_jsonl
 from agentlab.synth import regime_demos
 from agentlab.types import Task
 
-__all__ = ["ARMS", "CompareConfig", "Comparison", "run_compare"]
+__all__ = ["ARMS", "CompareConfig", "Comparison", "run_compare", "search_validation"]
+
+
+def search_validation(adapter: Path, steps: int) -> Path:
+    """Where an SFT search scored the adapter it saved at ``steps``: ``validation-step-<steps>`` beside it (the
+    evaluation GRPO's step 0 reads back, ``train.reuse_start_eval``)."""
+    return Path(adapter).parent / f"validation-step-{steps}"
 
 
 class Comparison:
@@ -132,9 +138,8 @@ class Comparison:
 
         def score(lr: float, s: int, adapter: Path) -> bool:
             nonlocal best
-            folder = adapter.parent
             summary = self._timed(f"{arm}_lr={lr:g}_steps={s}_validation", self.evaluate,
-                                  folder / f"validation-step-{s}", adapter, val, f"{arm} lr={lr:g} steps={s}")
+                                  search_validation(adapter, s), adapter, val, f"{arm} lr={lr:g} steps={s}")
             regime = self.cfg.data() if arm != "sft_all" else f"expert:{self.cfg.sft_all_demos}"
             point = {"arm": arm, "regime": regime, "lr": lr, "steps": s, "validation": self.figure(summary)}
             self._tried(point)
@@ -177,9 +182,9 @@ class Comparison:
 
         grpo_run = RunDir(self.run.path / "grpo")
         if not grpo_run.finished:
-            adapter = self.adapter(start)  # its search's validation pass is GRPO's step 0 (train.reuse_start_eval)
+            adapter = self.adapter(start)
             run_grpo(self.cfg.experiment(), train, val, init_adapter=adapter, run=grpo_run, engine=self.engine,
-                     start_eval=adapter.parent / f"validation-step-{start['steps']}")
+                     start_eval=search_validation(adapter, start["steps"]))
         evals = [e for e in grpo_run.evals() if e["step"] > 0]
         for e in evals:
             self._tried({"arm": "grpo", "regime": self.cfg.data(), "lr": self.cfg.grpo_lr, "steps": e["step"],

@@ -108,7 +108,6 @@ def expert_iteration(cmp, start: dict, budget_s: float, train: list[Task], val: 
     per_round, adapter, kept, todo = budget_s / rounds, cmp.adapter(start), [], list(train)
     log = cmp.run.read_json("expert_iteration/rounds.json") or {"rounds": []}
     best = None
-    scored_adapter, last_figure = adapter, start["validation"]  # the start, as its search scored it
     for r in range(1, rounds + 1):
         here = folder / f"round-{r}"
         episodes, todo = sample(cmp, adapter, todo, per_round / 2, here / "samples.jsonl", f"ei_round{r}_sampling",
@@ -125,12 +124,11 @@ def expert_iteration(cmp, start: dict, budget_s: float, train: list[Task], val: 
             log["rounds"].append({"round": r, "sampled": len(episodes), "kept_new": len(new),
                                   "kept_total": len(kept), "adapter": cmp.run.rel(adapter)})
             cmp.run.write_json("expert_iteration/rounds.json", log)
-        if adapter == scored_adapter:  # nothing kept yet, or nothing new trained: the figure already measured
-            figure = dict(last_figure)
+        if adapter == cmp.adapter(start):  # nothing kept yet: still the start, as its search scored it
+            figure = dict(start["validation"])
         else:
             figure = cmp.figure(cmp._timed(f"expert_iteration_round{r}_validation", cmp.evaluate, here / "validation",
                                            adapter, val, f"expert_iteration round {r}"))
-        scored_adapter, last_figure = adapter, figure
         point = {"arm": "expert_iteration", "regime": cmp.cfg.data(), "lr": start["lr"], "steps": r,
                  "validation": figure}
         cmp._tried(point)

@@ -106,6 +106,7 @@ def lesson_entry(a: str, b: str, runs: dict) -> dict:
 
 
 def main(argv=None) -> int:
+    from agentlab.compare import search_validation
     from agentlab.paths import runs_dir
     from agentlab.synth import load_tasks
     from agentlab.train import run_grpo
@@ -123,7 +124,7 @@ def main(argv=None) -> int:
                          f"(the lessons start from its sft_best)")
     chosen = json.loads(choice.read_text())
     adapter = start / chosen["adapter"]
-    scored = adapter.parent / f"validation-step-{chosen['steps']}"  # step 0 of a run under the study's reward
+    scored = search_validation(adapter, chosen["steps"])  # step 0 of a run under the study's reward
     train, val = load_tasks(start / "tasks" / "train.jsonl"), load_tasks(start / "tasks" / "validation.jsonl")
     settings = list(dict.fromkeys(s for lesson in a.lessons for s in LESSONS[lesson]))
     runs: dict[str, dict[int, dict]] = {s: {} for s in settings}

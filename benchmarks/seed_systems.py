@@ -108,7 +108,7 @@ def tune(base, seed: int, text: str) -> dict:
     ``group_size``, ``grpo_lr``, ``temperature``, ``eval_every``) from the seed's chosen SFT start, on its own
     training and validation tasks, into ``<seed run>/tune/<field-value_...>``: how GRPO's setting is chosen on seed 0's
     validation split before the study's seeds run with it. Resumes; returns its validation curve and training side."""
-    from agentlab.compare_config import CompareConfig
+    from agentlab.compare import CompareConfig, search_validation
     from agentlab.paths import runs_dir
     from agentlab.runs import RunDir
     from agentlab.synth import load_tasks
@@ -126,7 +126,7 @@ def tune(base, seed: int, text: str) -> dict:
     run = RunDir(runs_dir() / exp.name)
     if not run.finished:
         run_grpo(exp, tasks["train"], tasks["validation"], init_adapter=adapter, run=run,
-                 start_eval=adapter.parent / f"validation-step-{start['steps']}")
+                 start_eval=search_validation(adapter, start["steps"]))
     steps = run.metrics()
     return {"seed": seed, "settings": given, "start": {k: start[k] for k in ("lr", "steps")},
             "validation": [{"step": e["step"], "reward": e["reward"]["mean"], "success": e["success"]["mean"],
@@ -213,7 +213,8 @@ def main(argv=None) -> int:
         seeds[seed] = seed_entry(run, result)
         for t in result["tried"]:
             tried.setdefault(json.dumps({"seed": seed, **t}, sort_keys=True), {"seed": seed, **t})
-    out[a.env] = {**{k: v for k, v in out.get(a.env, {}).items() if k == "tuning"}, "n": base.test, "regime": base.regime, "budget": vars(load(a.env).budget),
+    tuning = {k: v for k, v in out.get(a.env, {}).items() if k == "tuning"}  # kept: --tune writes it
+    out[a.env] = {**tuning, "n": base.test, "regime": base.regime, "budget": vars(load(a.env).budget),
                   "config": {k: v for k, v in json.loads(json.dumps(vars(base))).items() if k not in ("name", "seed")},
                   "machine": describe(), "tried": list(tried.values()), "seeds": [seeds[k] for k in sorted(seeds)]}
     print(f"-> {write_result('seed_systems.json', out)}")

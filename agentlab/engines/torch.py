@@ -54,6 +54,7 @@ def hf_generate_fn(model, tokenizer, config, greedy: bool, seed: int,
         _stock_decoding(model)
     calls = [0]
     cached: dict = {}
+    keep_rows = prefix_cache and levers and reuse_rows  # the reuse rides on the preallocated cache's buffers
     kept: list[tuple[list[int], list]] = []  # the last call's rows: (tokens, each layer's (keys, values))
     stats = {"calls": 0, "rows": 0, "rows_reused": 0, "tokens_reused": 0, "tokens_prefilled": 0}
 
@@ -67,13 +68,8 @@ def hf_generate_fn(model, tokenizer, config, greedy: bool, seed: int,
     def reusable(seqs: list[list[int]], shared: int) -> list:
         """Each row's kept ``(tokens, layers)`` that it extends by at least one token and that holds more than the
         shared prefix, else ``None``."""
-        if not (prefix_cache and levers and reuse_rows):
-            return [None] * len(seqs)
-        found = []
-        for s in seqs:
-            hit = next((k for k in kept if shared < len(k[0]) < len(s) and s[:len(k[0])] == k[0]), None)
-            found.append(hit)
-        return found
+        return [next((k for k in kept if shared < len(k[0]) < len(s) and s[:len(k[0])] == k[0]), None)
+                for s in seqs]
 
     def generate(seqs: list[list[int]]) -> list[list[int]]:
         pad = tokenizer.pad_token_id
@@ -118,7 +114,7 @@ def hf_generate_fn(model, tokenizer, config, greedy: bool, seed: int,
             if tokenizer.eos_token_id in row:
                 row = row[: row.index(tokenizer.eos_token_id) + 1]
             result.append(row)
-        if reuse_rows and prefix_cache and levers and past is not None and hasattr(past.layers[0], "k_buf"):
+        if keep_rows and past is not None and hasattr(past.layers[0], "k_buf"):
             kept[:] = [_row_of(past, i, s, n, width_cached, len(r), width_cached + width, row)
                        for i, (s, n, r, row) in enumerate(zip(seqs, own, rests, result, strict=True))]
         return result
