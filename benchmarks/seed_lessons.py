@@ -33,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, write_result
+from seed_systems import STUDY, seed_name
 
 METRICS = ("f4", "f1", "precision", "recall", "curated", "success", "empty")
 STEPS, EVAL_EVERY = 6, 3
@@ -117,7 +118,7 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--gather-only", action="store_true")
     a = p.parse_args(argv)
-    start = runs_dir() / "seed-systems" / a.env / "seed-0"
+    start = runs_dir() / seed_name(a.env, STUDY[a.env]["regime"], 0)
     choice = start / "sft_best" / "choice.json"
     if not choice.exists():
         raise SystemExit(f"{choice} does not exist: run benchmarks/seed_systems.py --env {a.env} --seeds 0 first "

@@ -90,11 +90,16 @@ def seed_entry(run: Path, result: dict) -> dict:
     return entry
 
 
+def seed_name(env: str, regime: str, seed: int) -> str:
+    """A seed's run folder under ``runs/``: ``seed-systems/<env>/<kind>-<n>/seed-<k>`` (one per regime)."""
+    return f"seed-systems/{env}/{regime.replace(':', '-')}/seed-{seed}"
+
+
 def run_seed(base, seed: int, arms: tuple[str, ...]) -> tuple[Path, dict]:
     from agentlab.compare import Comparison, run_compare
     from agentlab.paths import runs_dir
 
-    cfg = replace(base, name=f"seed-systems/{base.env}/seed-{seed}", seed=seed)
+    cfg = replace(base, name=seed_name(base.env, base.regime, seed), seed=seed)
     run_compare(cfg, arms=arms)
     cmp = Comparison(cfg)
     test = cmp.tasks()["test"]
@@ -114,7 +119,7 @@ def tune(base, seed: int, text: str) -> dict:
     from agentlab.synth import load_tasks
     from agentlab.train import run_grpo
 
-    seed_run = RunDir(runs_dir() / "seed-systems" / base.env / f"seed-{seed}")
+    seed_run = RunDir(runs_dir() / seed_name(base.env, base.regime, seed))
     given = dict(kv.split("=", 1) for kv in text.split(","))
     saved = json.loads(seed_run.config_file.read_text())
     cfg = CompareConfig.from_text({**{k: ",".join(map(str, v)) if isinstance(v, list) else str(v)
@@ -135,17 +140,37 @@ def tune(base, seed: int, text: str) -> dict:
                 "reward_mean", "zero_variance_groups", "entropy", "time_step_s")}}
 
 
-def markdown_table(study: dict) -> str:
-    """The README's table: per env and seed, F4 / success / precision / recall of each policy and GRPO − sft_best."""
-    head = ["env", "seed", "policy", "F4", "success", "precision", "recall", "curated"]
+def regime_slot(out: dict, env: str, regime: str) -> dict:
+    """Where one regime's study lives in the results: ``out[env]`` for the study's own regime (``STUDY``), else
+    ``out[env]["also"][regime]`` — the regimes tried beside it, reported too (a regime is not chosen silently)."""
+    study = out.setdefault(env, {})
+    if regime == STUDY[env]["regime"]:
+        return study
+    return study.setdefault("also", {}).setdefault(regime, {})
+
+
+def studies(out: dict):
+    """``(env, regime entry)`` for every environment's study and each regime tried beside it."""
+    for env, e in out.items():
+        if env != "lessons" and "seeds" in e:
+            yield env, e
+        for also in e.get("also", {}).values() if env != "lessons" else ():
+            if "seeds" in also:
+                yield env, also
+
+
+def markdown_table(out: dict) -> str:
+    """The README's table: per env, regime and seed, F4 / success / precision / recall / curated of each policy and
+    GRPO − sft_best."""
+    head = ["env", "regime", "seed", "policy", "F4", "success", "precision", "recall", "curated"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for env, e in study.items():
-        for s in e["seeds"] if env != "lessons" else ():
+    for env, e in studies(out):
+        for s in e["seeds"]:
             for arm in ("base", "sft_best", "grpo", "grpo_minus_sft_best"):
                 if arm not in s:
                     continue
                 sign = "+" if arm.startswith("grpo_minus") else ""
-                cells = [env, str(s["seed"]), f"`{arm}`" if not sign else "GRPO − `sft_best`"]
+                cells = [env, f"`{e['regime']}`", str(s["seed"]), f"`{arm}`" if not sign else "GRPO − `sft_best`"]
                 for m in ("f4", "success", "precision", "recall", "curated"):
                     x = s[arm][m]
                     cells.append(f"{x['mean']:{sign}.3f} [{x['ci_low']:{sign}.3f}, {x['ci_high']:{sign}.3f}]")
@@ -153,18 +178,18 @@ def markdown_table(study: dict) -> str:
     return "\n".join(rows)
 
 
-def plot(study: dict, path: Path) -> Path:
-    """Every seed of every environment: F4, F1, precision, recall and success of each policy with CIs."""
+def plot(out: dict, path: Path) -> Path:
+    """Every seed of every environment and regime: F4, F1, precision, recall and success of each policy with CIs."""
     import matplotlib.pyplot as plt
 
     from agentlab.plots import metric_groups
 
-    panels = [(env, s) for env, e in study.items() if env != "lessons" for s in e["seeds"]]
+    panels = [(env, e["regime"], s) for env, e in studies(out) for s in e["seeds"]]
     fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.2), squeeze=False)
-    for ax, (env, s) in zip(axes[0], panels, strict=True):
+    for ax, (env, regime, s) in zip(axes[0], panels, strict=True):
         policies = {arm: s[arm] for arm in ("base", "sft_best", "grpo") if arm in s}
         metric_groups(ax, policies, ("f4", "f1", "precision", "recall", "success"),
-                      f"{env}, seed {s['seed']}: {s['n']} test tasks, greedy")
+                      f"{env} {regime}, seed {s['seed']}: {s['n']} test tasks, greedy")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -183,6 +208,8 @@ def main(argv=None) -> int:
     p.add_argument("--arms", default="sft_best,grpo")
     p.add_argument("--gather-only", action="store_true")
     p.add_argument("--table", action="store_true")
+    p.add_argument("--regime", default=None, help="the SFT start's data regime instead of the study's (STUDY), "
+                   "e.g. expert:64; reported beside it under 'also'")
     p.add_argument("--tune", default=None, help="GRPO settings to try from each seed's SFT start on validation, "
                    "e.g. groups_per_step=4,group_size=4,grpo_steps=15,eval_every=5 (recorded under 'tuning')")
     a = p.parse_args(argv)
@@ -191,19 +218,20 @@ def main(argv=None) -> int:
     if a.table:
         print(markdown_table(out))
         return 0
-    base = CompareConfig.from_text({"env": a.env, **STUDY[a.env]})
+    base = CompareConfig.from_text({"env": a.env, **STUDY[a.env], **({"regime": a.regime} if a.regime else {})})
+    slot = regime_slot(out, a.env, base.regime)
     if a.tune:
-        tuning = out.setdefault(a.env, {}).setdefault("tuning", [])
+        tuning = slot.setdefault("tuning", [])
         for seed in a.seeds:
             entry = tune(base, seed, a.tune)
             tuning[:] = [t for t in tuning if (t["seed"], t["settings"]) != (seed, entry["settings"])] + [entry]
             print(json.dumps(entry["validation"]))
         print(f"-> {write_result('seed_systems.json', out)}")
         return 0
-    seeds = {s["seed"]: s for s in out.get(a.env, {}).get("seeds", [])}  # kept: seeds not re-run here
-    tried = {json.dumps(t, sort_keys=True): t for t in out.get(a.env, {}).get("tried", [])}
+    seeds = {s["seed"]: s for s in slot.get("seeds", [])}  # kept: seeds not re-run here
+    tried = {json.dumps(t, sort_keys=True): t for t in slot.get("tried", [])}
     for seed in a.seeds:
-        run = runs_dir() / "seed-systems" / a.env / f"seed-{seed}"
+        run = runs_dir() / seed_name(base.env, base.regime, seed)
         if a.gather_only:
             if not (run / "result.json").exists():
                 continue
@@ -213,13 +241,14 @@ def main(argv=None) -> int:
         seeds[seed] = seed_entry(run, result)
         for t in result["tried"]:
             tried.setdefault(json.dumps({"seed": seed, **t}, sort_keys=True), {"seed": seed, **t})
-    tuning = {k: v for k, v in out.get(a.env, {}).items() if k == "tuning"}  # kept: --tune writes it
-    out[a.env] = {**tuning, "n": base.test, "regime": base.regime, "budget": vars(load(a.env).budget),
-                  "config": {k: v for k, v in json.loads(json.dumps(vars(base))).items() if k not in ("name", "seed")},
-                  "machine": describe(), "tried": list(tried.values()), "seeds": [seeds[k] for k in sorted(seeds)]}
+    kept = {k: v for k, v in slot.items() if k in ("tuning", "also")}  # written by --tune, and other regimes
+    slot.clear()
+    slot.update({**kept, "n": base.test, "regime": base.regime, "budget": vars(load(a.env).budget),
+                 "config": {k: v for k, v in json.loads(json.dumps(vars(base))).items() if k not in ("name", "seed")},
+                 "machine": describe(), "tried": list(tried.values()), "seeds": [seeds[k] for k in sorted(seeds)]})
     print(f"-> {write_result('seed_systems.json', out)}")
     print(f"-> {plot(out, RESULTS / 'seed_systems.png')}")
-    print(markdown_table({a.env: out[a.env]}))
+    print(markdown_table(out))
     return 0
 
 

@@ -195,3 +195,24 @@ def test_the_readme_seed_systems_table_is_the_results_file_rendered():
     study = json.loads((root / "benchmarks/results/seed_systems.json").read_text())
     table = seed_table(study)
     assert table.count("\n") >= 3 and table in (root / "README.md").read_text()
+
+
+def test_a_regime_beside_the_study_is_kept_apart_and_rendered_with_its_name():
+    """seed_systems.py: the study's own regime fills ``out[env]``; another (``--regime``) lands under ``also`` and
+    neither overwrites the other; the table names each row's regime, and run folders differ by regime."""
+    from seed_systems import STUDY, regime_slot, seed_name
+    from seed_systems import markdown_table as seed_table
+
+    own = STUDY["doc_search"]["regime"]
+    out = {}
+    seed = {"seed": 0, "n": 2, **{arm: {m: {"mean": 0.5, "ci_low": 0.25, "ci_high": 0.75}
+                                     for m in ("f4", "success", "precision", "recall", "curated")}
+                                   for arm in ("sft_best", "grpo")}}
+    regime_slot(out, "doc_search", own).update({"regime": own, "seeds": [seed]})
+    regime_slot(out, "doc_search", "expert:16").update({"regime": "expert:16", "seeds": [seed]})
+    assert out["doc_search"]["regime"] == own and out["doc_search"]["also"]["expert:16"]["regime"] == "expert:16"
+    assert regime_slot(out, "doc_search", own) is out["doc_search"]
+    rows = seed_table(out).splitlines()[2:]
+    assert [r.split(" | ")[1] for r in rows] == [f"`{own}`"] * 2 + ["`expert:16`"] * 2
+    assert seed_name("doc_search", "expert:16", 1) == "seed-systems/doc_search/expert-16/seed-1"
+    assert seed_name("doc_search", own, 1) != seed_name("doc_search", "expert:16", 1)
