@@ -117,7 +117,7 @@ def _experiment_from_args(a):
 def _cmd_train(a) -> int:
     from agentlab.train import run_grpo
 
-    overrides, backend = {}, "hf"
+    overrides, loader = {}, "hf"
     if a.recipe:  # GPU recipe: its fields are defaults, explicit flags still win
         from agentlab.gpu import grpo_overrides, recipe_experiment_fields
 
@@ -125,13 +125,13 @@ def _cmd_train(a) -> int:
             if getattr(a, key, None) is None:
                 setattr(a, key, value)
         overrides = grpo_overrides(a.recipe, None if a.vllm_mode == "none" else a.vllm_mode)
-        backend = "unsloth"
+        loader = "unsloth"
     a.env = resolve_env(a) if a.env else None
     exp = _experiment_from_args(a)  # validated before any work starts
     train_tasks = tasks_of(exp.env, "train")
     eval_tasks = tasks_of(exp.env, a.eval_split)
     run = run_grpo(exp, train_tasks, eval_tasks, init_adapter=a.init_adapter, overwrite=a.overwrite,
-                   backend=backend, recipe=a.recipe, trainer_overrides=overrides)
+                   loader=loader, recipe=a.recipe, trainer_overrides=overrides)
     print(f"GRPO run finished -> {shown(run.path)}")
     return 0
 
@@ -181,7 +181,7 @@ def _cmd_eval(a) -> int:
     from agentlab.envs import load
 
     loop = LoopConfig.of(load(a.env), max_turns=a.max_turns, max_new_tokens=a.max_new_tokens,
-                         temperature=0 if a.greedy else 0.7, backend=a.rollout_backend)
+                         temperature=0 if a.greedy else 0.7, engine=a.rollout_backend)
     summary = evaluate(a.model, a.env, tasks, RunDir(name).path, adapter=a.adapter, samples=a.samples,
                        greedy=a.greedy, loop=loop, label=name)
     print_summary(summary)

@@ -115,4 +115,4 @@ class CompareConfig:
     def eval_loop(self) -> LoopConfig:
         return LoopConfig(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
                           max_context=self.max_context, temperature=0.0, batch_size=EVAL_BATCH,  # budgets resolved above
-                          backend=self.rollout_backend)
+                          engine=self.rollout_backend)

@@ -135,7 +135,7 @@ class Experiment:
         return LoopConfig(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
                           max_context=self.max_context, temperature=self.temperature,
                           batch_size=self.groups_per_step * self.group_size, precision=self.precision,
-                          backend=self.rollout_backend)
+                          engine=self.rollout_backend)
 
 
 def lora_config(r: int):

@@ -35,18 +35,18 @@ class ModelLoadError(RuntimeError):
     """A model could not be loaded; the message names the fix."""
 
 
-def load_policy(name_or_path: str = DEFAULT_MODEL, *, backend: str = "hf", adapter: str | None = None,
-                cache: str | Path | None = None, recipe: str | None = None, **backend_kwargs):
+def load_policy(name_or_path: str = DEFAULT_MODEL, *, loader: str = "hf", adapter: str | None = None,
+                cache: str | Path | None = None, recipe: str | None = None, **loader_kwargs):
     """Return ``(model, tokenizer)`` ready for tool calling (tool-capable ChatML template, left padding).
 
     ``name_or_path``: ``"smollm2-135m"`` (shipped), ``"tiny-random"`` (2 layers, for tests), a local folder, or a
-    hub id that is already in the local HF cache. ``adapter``: a PEFT LoRA folder to apply. ``backend="unsloth"``
+    hub id that is already in the local HF cache. ``adapter``: a PEFT LoRA folder to apply. ``loader="unsloth"``
     loads through Unsloth's FastLanguageModel on CUDA (see ``load_unsloth``).
     """
-    if backend == "unsloth":
-        return load_unsloth(name_or_path, recipe=recipe, adapter=adapter, **backend_kwargs)
-    if backend != "hf":
-        raise ValueError(f"unknown backend {backend!r}; expected 'hf' or 'unsloth'")
+    if loader == "unsloth":
+        return load_unsloth(name_or_path, recipe=recipe, adapter=adapter, **loader_kwargs)
+    if loader != "hf":
+        raise ValueError(f"unknown loader {loader!r}; expected 'hf' or 'unsloth'")
     if name_or_path == DEFAULT_MODEL:
         model, tok = _load_smollm2(Path(cache) if cache else cache_dir() / "models" / DEFAULT_MODEL)
     elif name_or_path == "tiny-random":
@@ -246,17 +246,17 @@ def _require_cuda(what: str) -> None:
 
     if not torch.cuda.is_available():
         raise RuntimeError(f"{what} needs an NVIDIA GPU with CUDA; this machine has none. On CPU use "
-                           f"backend='hf' (the default) with the shipped '{DEFAULT_MODEL}'.")
+                           f"loader='hf' (the default) with the shipped '{DEFAULT_MODEL}'.")
 
 
 def load_unsloth(name_or_path: str, recipe: str | None = None, adapter: str | Path | None = None, **overrides):
     """Load through Unsloth's FastLanguageModel (4-bit or 16-bit) with one trainable LoRA, on CUDA only: the
     recipe's fresh LoRA, or ``adapter`` (an SFT start) instead of it — never both, one on top of the other."""
-    _require_cuda("backend='unsloth'")
+    _require_cuda("loader='unsloth'")
     try:
         from unsloth import FastLanguageModel
     except ImportError as exc:
-        raise ModelLoadError("backend='unsloth' needs the gpu extra: `pip install -e '.[gpu]'`") from exc
+        raise ModelLoadError("loader='unsloth' needs the gpu extra: `pip install -e '.[gpu]'`") from exc
     cfg = load_recipe(recipe)["unsloth"] if recipe else {}
     cfg = {**cfg, **overrides}
     lora = cfg.pop("lora", {"r": 16, "lora_alpha": 32})

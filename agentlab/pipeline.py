@@ -87,7 +87,7 @@ def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str
 
     ``reuse``: when ``out_dir`` already holds a ``summary.json``, return it instead (resumable studies).
     ``workers``: processes sharing the tasks (default :func:`eval_workers`); see :func:`_evaluate_in_workers`.
-    ``engine(model, tok, loop, greedy, seed) -> GenerateFn`` decodes instead of ``loop.backend`` (in this process)."""
+    ``engine(model, tok, loop, greedy, seed) -> GenerateFn`` decodes instead of ``loop.engine`` (in this process)."""
     if reuse and (Path(out_dir) / "summary.json").exists():
         return json.loads((Path(out_dir) / "summary.json").read_text())
     from agentlab.envs import load
@@ -97,7 +97,7 @@ def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str
     from agentlab.runs import _atomic_write
 
     spec = load(env)
-    loop = loop or LoopConfig(temperature=0.0 if greedy else 0.7)
+    loop = (loop or LoopConfig(temperature=0.0 if greedy else 0.7)).resolved(spec)
     workers = 1 if engine is not None else min(eval_workers(env) if workers is None else workers, len(tasks))
     from agentlab.runs import RunDir
 
@@ -117,7 +117,7 @@ def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str
     summary = {"label": label, "model": model_name, "adapter": recorded, "env": env, "samples": samples,
                "greedy": greedy, "loop": dataclasses.asdict(loop), "seconds": time.time() - t0,
                "workers": max(workers, 1), **summarize(episodes)}
-    if loop.backend == "auto":  # which engine that was here, and why
+    if loop.engine == "auto":  # which engine that was here, and why
         from agentlab.engines.choice import choose
 
         summary["engine"] = choose(loop.precision)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import IO
 
 from agentlab.engines import BACKENDS, GenerateFn, make
@@ -32,7 +32,6 @@ from agentlab.retries import (
 from agentlab.trl_compat import parse_response, tool_suffix_ids
 from agentlab.types import (
     BUDGET_FIELDS,
-    Budget,
     EnvSpec,
     Episode,
     Task,
@@ -57,32 +56,42 @@ class LoopConfig:
     """Budgets of one episode. Train and eval budgets may differ (the Silico product-finder run trained in 12 turns, scored in 30):
     keep them equal unless you mean to measure that gap."""
 
-    max_turns: int = Budget.max_turns            # see agentlab.types.Budget; LoopConfig.of(spec) uses the env's
-    max_new_tokens: int = Budget.max_new_tokens
-    max_context: int = Budget.max_context
+    max_turns: int | None = None  # None: the environment's budget (EnvSpec.budget), filled by resolved(spec)
+    max_new_tokens: int | None = None  # per turn
+    max_context: int | None = None
     temperature: float = 0.7
     top_p: float = 1.0
     batch_size: int = 16          # episodes decoded together
     retries: int = 2              # extra attempts for a tool call that raised (environment fault)
     backoff_s: float = 0.05       # first retry delay; doubles each attempt
     precision: str = "auto"       # decoding: "auto" (bf16 where the CPU has it, agentlab.precision), "fp32", "bf16"
-    backend: str = "torch"        # decoding engine: "torch", "llama_cpp" or "auto" (the one measured fastest here)
+    engine: str = "torch"         # decoding engine: "torch", "llama_cpp" or "auto" (the one measured fastest here)
 
     @classmethod
     def of(cls, spec: EnvSpec, **overrides) -> LoopConfig:
         """The loop for ``spec``: its budget, then ``overrides`` (``None`` values keep the budget's)."""
-        budget = {name: getattr(spec.budget, name) for name in BUDGET_FIELDS}
-        return cls(**{**budget, **{k: v for k, v in overrides.items() if v is not None}})
+        return cls(**{k: v for k, v in overrides.items() if v is not None}).resolved(spec)
+
+    def resolved(self, spec: EnvSpec) -> LoopConfig:
+        """This loop with every budget field left at ``None`` taken from ``spec.budget`` (run_episodes and
+        evaluations call it, so a bare ``LoopConfig()`` runs in the environment's budget).
+
+        >>> from agentlab.envs import load
+        >>> LoopConfig(max_turns=2).resolved(load("doc_search")).max_context
+        4096
+        """
+        return replace(self, **{name: getattr(spec.budget, name) for name in BUDGET_FIELDS
+                                if getattr(self, name) is None})
 
     def __post_init__(self):
         for name in ("max_turns", "max_new_tokens", "max_context", "batch_size"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"LoopConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.temperature < 0:
             raise ValueError(f"LoopConfig.temperature must be >= 0, got {self.temperature}")
         from agentlab.precision import PRECISIONS
 
-        for name, allowed in (("precision", PRECISIONS), ("backend", BACKENDS)):
+        for name, allowed in (("precision", PRECISIONS), ("engine", BACKENDS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"LoopConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
 
@@ -230,8 +239,9 @@ def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples:
     from agentlab.evals import write_episode
 
     reward_fn = reward_fn or spec.default_reward
+    config = config.resolved(spec)
     renderer = Renderer(tokenizer, spec.env_class)
-    generate = generate_fn or make(config.backend, model, tokenizer, config, greedy, seed)
+    generate = generate_fn or make(config.engine, model, tokenizer, config, greedy, seed)
     make_env = env_factory or spec.make_env
     todo = [(g, s, task) for g, task in enumerate(tasks, start=group_offset) for s in range(samples)]
     done: dict[tuple[int, int], Episode] = {}

@@ -193,8 +193,8 @@ def step_metrics(episodes: list[Episode], group_size: int, spec=None) -> dict:
 
 
 def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], init_adapter: str | Path | None = None,
-             run: RunDir | None = None, overwrite: bool = False, backend: str = "hf", recipe: str | None = None,
-             trainer_overrides: dict | None = None, engine=None, loader=None, start_eval: Path | None = None) -> RunDir:
+             run: RunDir | None = None, overwrite: bool = False, loader: str = "hf", recipe: str | None = None,
+             trainer_overrides: dict | None = None, engine=None, load_fn=None, start_eval: Path | None = None) -> RunDir:
     """Train with GRPO; resume from the last checkpoint when the run folder has one.
 
     ``start_eval``: a folder where :func:`agentlab.pipeline.evaluate` already scored ``init_adapter`` on
@@ -203,10 +203,10 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
 
     ``engine(model, tok, config, greedy, seed) -> GenerateFn`` decodes the rollouts and checkpoint evals instead of
     the experiment's ``rollout_backend`` (a scripted policy in the reliability study, another engine).
-    ``loader``: ``models.load_policy`` or a stand-in with its signature; with Unsloth it applies ``init_adapter`` as
+    ``load_fn``: ``models.load_policy`` or a stand-in with its signature; with Unsloth it applies ``init_adapter`` as
     the one trainable LoRA itself (the recipe's fresh LoRA is not added on top).
 
-    GPU: ``backend="unsloth"`` loads through Unsloth (LoRA applied there); ``trainer_overrides`` takes
+    GPU: ``loader="unsloth"`` loads through Unsloth (LoRA applied there); ``trainer_overrides`` takes
     ``agentlab.gpu.grpo_overrides(recipe, vllm_mode)`` (bf16, vLLM colocate/server).
     """
     from agentlab.envs import load
@@ -237,18 +237,18 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
     if resume and main:
         run.truncate_after(int(resume.rsplit("-", 1)[1]))
 
-    loader = loader or load_policy
-    if backend == "unsloth":
-        model, tok = loader(exp.model, backend=backend, recipe=recipe, adapter=init_adapter)
+    load_fn = load_fn or load_policy
+    if loader == "unsloth":
+        model, tok = load_fn(exp.model, loader=loader, recipe=recipe, adapter=init_adapter)
     else:
-        model, tok = loader(exp.model, backend=backend, recipe=recipe)
+        model, tok = load_fn(exp.model, loader=loader, recipe=recipe)
         if init_adapter:
             from peft import PeftModel
 
             model = PeftModel.from_pretrained(model, str(init_adapter), is_trainable=True)
     trainer, stats, checkpoint_eval = build_trainer(
         exp, spec, model, tok, train_tasks, eval_tasks, run, reward_fn=reward_fn, engine=engine,
-        peft_config=None if (init_adapter or backend == "unsloth") else lora_config(exp.lora_r),
+        peft_config=None if (init_adapter or loader == "unsloth") else lora_config(exp.lora_r),
         trainer_overrides=trainer_overrides)
     if not resume and not (main and start_eval and reuse_start_eval(Path(start_eval), exp, eval_tasks, run)):
         checkpoint_eval(0)

@@ -55,7 +55,7 @@ def timed_greedy(model, tok, spec, tasks, args, batch_size: int, precision: str 
 
     context = {"max_context": args.max_context} if getattr(args, "max_context", None) else {}
     cfg = LoopConfig(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, temperature=0,
-                     batch_size=batch_size, precision=precision, backend=backend, **context)
+                     batch_size=batch_size, precision=precision, engine=backend, **context)
     t0 = time.perf_counter()
     generate = engine(model, tok, cfg, True, 0) if engine else None
     episodes = run_episodes(model, tok, spec, tasks, config=cfg, greedy=True, progress=False, generate_fn=generate)

@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
     precision = resolve(a.precision)
     episodes, seconds = {}, {}
     for engine in ("torch", "llama_cpp"):
-        config = LoopConfig.of(spec, temperature=0, batch_size=EVAL_BATCH, precision=precision, backend=engine)
+        config = LoopConfig.of(spec, temperature=0, batch_size=EVAL_BATCH, precision=precision, engine=engine)
         t0 = time.perf_counter()
         episodes[engine] = run_episodes(model, tok, spec, tasks, config=config, greedy=True, progress=True)
         seconds[engine] = round(time.perf_counter() - t0, 1)
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"{sum(ep.success for ep in episodes[engine]) / len(tasks):.3f}", flush=True)
     pairs = [(t.id, x, y) for t, x, y in zip(tasks, episodes["torch"], episodes["llama_cpp"], strict=True)]
     identical = sum(first_divergence(x, y) is None for _, x, y in pairs)
-    config = LoopConfig.of(spec, temperature=0, batch_size=EVAL_BATCH, precision=precision, backend="llama_cpp")
+    config = LoopConfig.of(spec, temperature=0, batch_size=EVAL_BATCH, precision=precision, engine="llama_cpp")
     margins = divergence_margins(model, tok, config, pairs)
     from rollout_throughput import logprob_gap
 

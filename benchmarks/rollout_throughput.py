@@ -7,7 +7,7 @@ Compares, alternating in one run on the same model + LoRA adapter, prompts, G, t
                    (``_generate_and_score_completions``: transformers ``generate`` per turn on the re-tokenised
                    conversation, tools executed by TRL);
   * ``agentlab`` — our loop (``run_episodes``: batched, prefix KV cache, the same environment);
-  * ``agentlab:llama_cpp`` — our loop decoding through llama.cpp (``LoopConfig(backend="llama_cpp")``): the
+  * ``agentlab:llama_cpp`` — our loop decoding through llama.cpp (``LoopConfig(engine="llama_cpp")``): the
                    policy's weights exported to GGUF at the start of every round, as after every GRPO update (the
                    export is timed inside the round and reported apart as ``export_s``), all episodes in one batch;
   * ``llama.cpp`` — single-stream decoding of the same GGUF (Q4_1) with ``llama-cpp-python``, when installed (the
@@ -52,7 +52,7 @@ def agentlab_round(model, tok, spec, tasks, group_size: int, exp, seed: int,
     from agentlab.rollout import run_episodes
 
     llamacpp._ENGINES.pop(model, None)  # as after a weight update: the next llama.cpp rollout exports again
-    config = dataclasses.replace(exp.loop(), backend=backend)
+    config = dataclasses.replace(exp.loop(), engine=backend)
     t0 = time.perf_counter()
     with torch.no_grad():
         eps = run_episodes(model, tok, spec, tasks, samples=group_size, config=config, seed=seed, progress=False)
@@ -156,7 +156,7 @@ def main() -> None:
                 dt, tokens = trl_round(trainer, [rows[i] for i in chosen], exp.group_size)
             else:
                 dt, tokens = agentlab_round(model, tok, spec, [tasks[i] for i in chosen], exp.group_size, exp, r,
-                                            backend="llama_cpp" if engine.endswith("llama_cpp") else "torch")
+                                            engine="llama_cpp" if engine.endswith("llama_cpp") else "torch")
             print(f"round {r}{' (warm-up)' if r == 0 else ''} {engine:9s} {tokens:5d} tokens in {dt:6.1f} s = "
                   f"{tokens / dt:6.1f} tok/s", flush=True)
             if r:

@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> dict:
     t0 = time.time()
     if not all((sft_dir / f"adapter-step-{s}" / "adapter_config.json").exists() for s in steps):
         run_sft(a.model, demos, sft_dir, SFTSettings(steps=max(steps), lr=a.lr), save_at=steps)
-    sft_s = json.loads((sft_dir / "sft_summary.json").read_text())["seconds"]
+    summary_file = sft_dir / "sft_summary.json"  # absent when a longer run was stopped after saving these steps
+    sft_s = json.loads(summary_file.read_text())["seconds"] if summary_file.exists() else None
     loop = LoopConfig.of(spec, temperature=0.0, batch_size=EVAL_BATCH)
     points = []
     for s in steps:

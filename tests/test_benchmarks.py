@@ -122,7 +122,7 @@ def test_the_eval_benchmark_reference_decodes_on_transformers_own_path_and_back(
 
 
 def test_the_auto_engine_table_is_what_engine_agreement_measured():
-    """``backend="auto"`` chooses from ``engines.choice.MEASURED``: the seconds the benchmark wrote, per class."""
+    """``engine="auto"`` chooses from ``engines.choice.MEASURED``: the seconds the benchmark wrote, per class."""
     from agentlab.engines.choice import MEASURED
 
     results = json.loads((Path(__file__).parent.parent / "benchmarks/results/engine_agreement.json").read_text())

@@ -78,7 +78,7 @@ def test_unsloth_loads_the_recipe_on_cuda():
         pytest.skip("needs CUDA")
     from agentlab.models import load_policy
 
-    _, tok = load_policy("Qwen/Qwen3-4B-Instruct-2507", backend="unsloth", recipe=RECIPE)
+    _, tok = load_policy("Qwen/Qwen3-4B-Instruct-2507", loader="unsloth", recipe=RECIPE)
     assert tok.padding_side == "left"
 
 
@@ -158,8 +158,8 @@ def test_unsloth_with_an_init_adapter_trains_that_one_lora(tmp_path):
     get_peft_model(load_policy("tiny-random")[0], lora_config(4)).save_pretrained(init)
     calls = []
 
-    def loader(name, backend, recipe, adapter=None):
-        calls.append((backend, adapter))
+    def loader(name, loader, recipe, adapter=None):
+        calls.append((loader, adapter))
         model, tok = load_policy("tiny-random")
         return (PeftModel.from_pretrained(model, str(adapter), is_trainable=True) if adapter else model), tok
 
@@ -167,7 +167,7 @@ def test_unsloth_with_an_init_adapter_trains_that_one_lora(tmp_path):
     exp = Experiment(name="unsloth-stand-in", model="tiny-random", env="lookup", steps=1, eval_every=1, eval_tasks=2,
                      groups_per_step=1, group_size=2, max_new_tokens=8, lora_r=4)
     run = run_grpo(exp, spec.make_tasks("train", 4), spec.make_tasks("validation", 2), init_adapter=init,
-                   run=RunDir(tmp_path / "run"), backend="unsloth", loader=loader)
+                   run=RunDir(tmp_path / "run"), loader="unsloth", load_fn=loader)
     assert calls == [("unsloth", init)]
 
     def lora_keys(folder):

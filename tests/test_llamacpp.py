@@ -59,26 +59,26 @@ def test_sampler_is_seeded_and_respects_temperature_and_top_p():
     assert np.array_equal(llamacpp.sampler(True, 0.7, 1.0, None)(logits), np.zeros(4000))
 
 
-def test_unknown_backend_is_refused():
+def test_unknown_engine_is_refused():
     from agentlab.rollout import LoopConfig
 
-    with pytest.raises(ValueError, match="backend"):
-        LoopConfig(backend="vllm-cpu")
+    with pytest.raises(ValueError, match="engine"):
+        LoopConfig(engine="vllm-cpu")
 
 
-def test_backend_reaches_every_loop_a_run_builds():
+def test_engine_reaches_every_loop_a_run_builds():
     """One setting chooses the engine for GRPO's rollouts, its checkpoint evals and a comparison's evaluations."""
     from agentlab.compare import CompareConfig
     from agentlab.experiment import Experiment
     from agentlab.quickstart import QuickstartConfig
 
-    assert Experiment(rollout_backend="llama_cpp").loop().backend == "llama_cpp"
-    assert Experiment().loop().backend == "torch"
+    assert Experiment(rollout_backend="llama_cpp").loop().engine == "llama_cpp"
+    assert Experiment().loop().engine == "torch"
     with pytest.raises(ValueError, match="rollout_backend"):
         Experiment(rollout_backend="llamacpp")
     cmp = QuickstartConfig(rollout_backend="llama_cpp").compare()
-    assert cmp.experiment().loop().backend == cmp.eval_loop().backend == "llama_cpp"
-    assert CompareConfig().eval_loop().backend == "torch"
+    assert cmp.experiment().loop().engine == cmp.eval_loop().engine == "llama_cpp"
+    assert CompareConfig().eval_loop().engine == "torch"
 
 
 @pytest.mark.parametrize(("machine", "precision", "installed", "engine"), [
@@ -97,13 +97,14 @@ def test_auto_is_the_engine_measured_fastest_on_this_class_of_machine(monkeypatc
     assert picked["engine"] == engine and picked["machine"] == f"{machine}/{precision}"
     assert ("never measured" in picked["why"]) == (picked["seconds"] is None)
     assert ("not installed" in picked["why"]) == (not installed and precision == "fp32")
+    from agentlab.envs import load
     from agentlab.experiment import Experiment
     from agentlab.rollout import LoopConfig
 
-    assert Experiment(rollout_backend="auto").loop().backend == "auto"  # a config may name it
+    assert Experiment(rollout_backend="auto").loop().engine == "auto"  # a config may name it
     monkeypatch.setattr(choice, "choose", lambda precision="auto", available=None: {"engine": "what-choose-said"})
     with pytest.raises(ValueError, match="what-choose-said"):  # make() decodes with the engine choose() names
-        make("auto", None, None, LoopConfig(), True, 0)
+        make("auto", None, None, LoopConfig.of(load("lookup")), True, 0)
 
 
 needs_llama = pytest.mark.skipif(not llamacpp.available(), reason="llama-cpp-python is not installed "
@@ -243,13 +244,13 @@ def test_run_episodes_on_llama_cpp_follows_weight_updates(tmp_path):
     model = get_peft_model(base, lora_config(4))
     spec = load("lookup")
     tasks = spec.make_tasks("validation", 2, seed=0)
-    cfg = LoopConfig(max_turns=2, max_new_tokens=12, batch_size=4, backend="llama_cpp")
+    cfg = LoopConfig(max_turns=2, max_new_tokens=12, batch_size=4, engine="llama_cpp")
     a = run_episodes(model, tok, spec, tasks, samples=2, config=cfg, seed=3, progress=False)
     b = run_episodes(model, tok, spec, tasks, samples=2, config=cfg, seed=3, progress=False)
     assert [e.tokens for e in a] == [e.tokens for e in b]
     for ep in a:
         assert len(ep.tokens["completion_ids"]) == len(ep.tokens["mask"]) > 0
-    greedy = LoopConfig(max_turns=1, max_new_tokens=8, temperature=0, batch_size=4, backend="llama_cpp")
+    greedy = LoopConfig(max_turns=1, max_new_tokens=8, temperature=0, batch_size=4, engine="llama_cpp")
     before = run_episodes(model, tok, spec, tasks, config=greedy, greedy=True, progress=False)
     engine = llamacpp._ENGINES[model]["engine"]
     with torch.no_grad():

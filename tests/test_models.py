@@ -110,7 +110,7 @@ def test_unsloth_and_vllm_paths_fail_clearly_without_cuda():
     if torch.cuda.is_available():
         pytest.skip("CUDA present: the GPU path is exercised by tests marked gpu")
     with pytest.raises(RuntimeError, match="needs an NVIDIA GPU with CUDA"):
-        load_policy("Qwen/Qwen3-4B-Instruct-2507", backend="unsloth", recipe="qwen3-4b-instruct-2507")
+        load_policy("Qwen/Qwen3-4B-Instruct-2507", loader="unsloth", recipe="qwen3-4b-instruct-2507")
     settings = models.vllm_settings("qwen3-4b-instruct-2507", mode="server")
     assert settings["use_vllm"] and settings["vllm_mode"] == "server"
     with pytest.raises(ValueError, match="unknown vLLM mode"):

@@ -372,3 +372,23 @@ def test_a_failing_reset_is_retried_then_infra_never_a_crash(tiny):
     assert [e.failure for e in eps] == ["infra", None, None] and eps[0].exit_reason == "error"
     assert "unreachable" in eps[0].metrics["reset_error"] and not eps[0].turns
     assert attempts == {broken: 3, flaky: 2}  # retries + 1 attempts for the broken one, one retry for the flaky one
+
+
+def test_a_bare_loop_config_runs_in_the_environments_budget(tiny):
+    """``LoopConfig()`` leaves the budget to the environment: run_episodes fills it from ``spec.budget`` (lookup: 3
+    turns, not ``types.Budget``'s 4); a field given explicitly wins; an engine refuses a budget left unset."""
+    from agentlab.engines import make
+    from agentlab.types import Budget
+
+    _, tok = tiny
+    assert SPEC.budget.max_turns != Budget.max_turns
+    tasks = SPEC.make_tasks("test", 2, seed=0)
+    call = tok.encode('<tool_call>\n{"name": "search_people", "arguments": {"query": "Ada"}}\n</tool_call><|im_end|>')
+    for config, turns in ((LoopConfig(), SPEC.budget.max_turns), (LoopConfig(max_turns=2), 2)):
+        episodes = run_episodes(None, tok, SPEC, tasks, config=config, progress=False,
+                                generate_fn=lambda seqs: [call for _ in seqs])
+        assert [len(ep.turns) for ep in episodes] == [turns, turns]
+        assert {ep.exit_reason for ep in episodes} == {"max_turns"}
+    assert LoopConfig.of(SPEC) == LoopConfig().resolved(SPEC) == LoopConfig(**vars(SPEC.budget))
+    with pytest.raises(ValueError, match="resolved"):
+        make("torch", None, tok, LoopConfig(), greedy=True, seed=0)

@@ -20,7 +20,11 @@ __all__ = ["BACKENDS", "KINDS", "GenerateFn", "Sampled", "common_prefix", "make"
 
 def make(kind: str, model, tokenizer, config, greedy: bool, seed: int) -> GenerateFn:
     """The ``kind`` engine (``KINDS``, or ``"auto"``: :func:`agentlab.engines.choice.choose`) decoding ``model``'s
-    current weights under ``config`` (a ``LoopConfig``)."""
+    current weights under ``config`` (a ``LoopConfig`` with its budget resolved: ``LoopConfig.of(spec)``)."""
+    unset = [name for name in ("max_new_tokens", "max_context") if getattr(config, name) is None]
+    if unset:
+        raise ValueError(f"the loop's {' and '.join(unset)} are unset: an engine decodes within a budget; pass "
+                         f"LoopConfig.of(spec) or config.resolved(spec) (run_episodes resolves its own)")
     if kind == "auto":
         from agentlab.engines.choice import choose
 

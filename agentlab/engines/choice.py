@@ -1,4 +1,4 @@
-"""``backend="auto"``: the decoding engine measured fastest on this class of machine.
+"""``engine="auto"``: the decoding engine measured fastest on this class of machine.
 
     from agentlab.engines.choice import choose
     choose("auto")   # {"engine": "torch", "machine": "avx512-bf16/bf16", "seconds": {...}, "why": "..."}

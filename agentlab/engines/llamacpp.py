@@ -1,6 +1,6 @@
 """llama.cpp as the CPU rollout engine: the policy's weights exported to GGUF, episodes decoded as one batch.
 
-    config = LoopConfig(backend="llama_cpp")        # run_episodes decodes through llama.cpp
+    config = LoopConfig(engine="llama_cpp")        # run_episodes decodes through llama.cpp
     run_episodes(model, tok, spec, tasks, config=config)
 
 The CPU counterpart of the GPU path's vLLM engine: training stays in torch, sampling moves to an inference engine,
@@ -49,7 +49,7 @@ def _require():
     try:
         import llama_cpp
     except ImportError as e:
-        raise ImportError("LoopConfig(backend='llama_cpp') needs llama-cpp-python: run `make setup-llamacpp` "
+        raise ImportError("LoopConfig(engine='llama_cpp') needs llama-cpp-python: run `make setup-llamacpp` "
                           "(or `pip install llama-cpp-python`)") from e
     return llama_cpp
 

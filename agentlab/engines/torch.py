@@ -1,7 +1,7 @@
 """The torch engine: transformers' ``generate``, batched, the episodes' shared prefix encoded once.
 
     from agentlab.engines.torch import hf_generate_fn
-    generate = hf_generate_fn(model, tok, LoopConfig(), greedy=True, seed=0)
+    generate = hf_generate_fn(model, tok, LoopConfig.of(spec), greedy=True, seed=0)
 """
 
 from __future__ import annotations
