@@ -63,6 +63,18 @@ def by_difficulty(episodes: list) -> dict:
     return out
 
 
+def answer_sizes(rollouts: Path) -> dict:
+    """How many ids each episode's answer held (doc_search: chunks curated), counted per task difficulty, over the
+    episodes of a rollouts file: whether a policy ever *samples* a bigger set, which GRPO can only reinforce if it
+    does (``{"<difficulty>": {"<size>": episodes}}``)."""
+    from agentlab.evals import read_rollouts
+
+    out: dict[str, Counter] = {}
+    for ep in read_rollouts(rollouts)[0]:
+        out.setdefault(str(ep.task.difficulty), Counter())[str(len(ep.outcome.final))] += 1
+    return {k: dict(sorted(v.items())) for k, v in sorted(out.items())}
+
+
 def seed_entry(run: Path, result: dict) -> dict:
     """One seed's test figures, every metric, read from the comparison's test rollouts (and the base model's)."""
     from agentlab.evals import paired_bootstrap_ci
@@ -73,6 +85,7 @@ def seed_entry(run: Path, result: dict) -> dict:
             entry[arm], episodes[arm] = policy_entry(run / "test" / arm / "rollouts.jsonl")
     entry["exits"] = {arm: dict(Counter(ep.exit_reason for ep in eps)) for arm, eps in episodes.items()}
     entry["by_difficulty"] = {arm: by_difficulty(eps) for arm, eps in episodes.items()}
+    entry["answer_sizes"] = {arm: answer_sizes(run / "test" / arm / "rollouts.jsonl") for arm in episodes}
     if "grpo" in entry:
         entry["grpo_minus_sft_best"] = {}
         for m in METRICS:
@@ -86,6 +99,7 @@ def seed_entry(run: Path, result: dict) -> dict:
         steps = read_jsonl(run / "grpo" / "metrics.jsonl")[0]
         entry["grpo_training"] = {k: [s.get(k) for s in steps] for k in (
             "reward_mean", "zero_variance_groups", "entropy", "grad_norm", "time_generate_s", "time_step_s")}
+        entry["grpo_training"]["answer_sizes"] = answer_sizes(run / "grpo" / "rollouts.jsonl")  # sampled, T > 0
     entry["seconds"] = result["seconds"]
     return entry
 
@@ -137,7 +151,8 @@ def tune(base, seed: int, text: str) -> dict:
             "validation": [{"step": e["step"], "reward": e["reward"]["mean"], "success": e["success"]["mean"],
                             "success_ci": [e["success"]["ci_low"], e["success"]["ci_high"]]} for e in run.evals()],
             "training": {k: [x.get(k) for x in steps] for k in (
-                "reward_mean", "zero_variance_groups", "entropy", "time_step_s")}}
+                "reward_mean", "zero_variance_groups", "entropy", "time_step_s")}
+            | {"answer_sizes": answer_sizes(run.path / "rollouts.jsonl")}}
 
 
 def regime_slot(out: dict, env: str, regime: str) -> dict:
