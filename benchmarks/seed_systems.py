@@ -75,6 +75,25 @@ def answer_sizes(rollouts: Path) -> dict:
     return {k: dict(sorted(v.items())) for k, v in sorted(out.items())}
 
 
+def scripted_entry(env: str, run: Path) -> dict:
+    """The environment's scripted strategies (expert, cheap and named ones, random) on the seed's own test tasks,
+    every metric with a 95% CI: the calibration rows, where the arms' figures stand."""
+    from agentlab.envs import load
+    from agentlab.evals import mean_ci
+    from agentlab.synth import load_tasks
+    from agentlab.types import run_policy
+
+    spec = load(env)
+    test = load_tasks(run / "tasks" / "test.jsonl")
+    out = {}
+    for name, policy in {"expert": spec.expert, "cheap": spec.cheap_policy, **spec.strategies,
+                         "random": spec.random_policy}.items():
+        if policy is not None:
+            scores = [spec.evaluate(t, run_policy(spec, t, policy)[0]) for t in test]
+            out[name] = {m: mean_ci([x.get(m, 0.0) for x in scores]) for m in METRICS}
+    return out
+
+
 def seed_entry(run: Path, result: dict) -> dict:
     """One seed's test figures, every metric, read from the comparison's test rollouts (and the base model's)."""
     from agentlab.evals import paired_bootstrap_ci
@@ -93,6 +112,7 @@ def seed_entry(run: Path, result: dict) -> dict:
             entry["grpo_minus_sft_best"][m] = {"mean": entry["grpo"][m]["mean"] - entry["sft_best"][m]["mean"],
                                                "ci_low": low, "ci_high": high}
     entry["choices"] = {arm: {k: v for k, v in c.items() if k != "adapter"} for arm, c in result["choices"].items()}
+    entry["scripted"] = scripted_entry(result["env"], run)
     if (run / "grpo" / "metrics.jsonl").exists():  # what GRPO's steps looked like: signal left, entropy, time
         from agentlab.runs import read_jsonl
 

@@ -146,7 +146,7 @@ def test_the_readme_study_table_is_the_results_file_rendered():
     study = json.loads((root / "benchmarks/results/rl_vs_sft.json").read_text())
     table, calibration = markdown_table(study), calibration_table(study)
     assert table.count("\n") >= 4 and table in (root / "README.md").read_text()
-    assert calibration.count("\n") >= 4 and calibration in (root / "README.md").read_text()
+    assert calibration.count("\n") >= 4 and calibration in (root / "docs/rl_vs_sft.md").read_text()
 
 
 def test_calibration_rows_are_the_scripted_strategies_on_the_seeds_test_tasks():
@@ -216,3 +216,16 @@ def test_a_regime_beside_the_study_is_kept_apart_and_rendered_with_its_name():
     assert [r.split(" | ")[1] for r in rows] == [f"`{own}`"] * 2 + ["`expert:16`"] * 2
     assert seed_name("doc_search", "expert:16", 1) == "seed-systems/doc_search/expert-16/seed-1"
     assert seed_name("doc_search", own, 1) != seed_name("doc_search", "expert:16", 1)
+
+
+def test_the_rl_vs_sft_map_is_built_from_the_studies_and_rendered_in_the_readme():
+    """rl_vs_sft_map.json is what rl_vs_sft_map.py builds from the committed study files (a study that changed
+    without the map being rebuilt fails here), and the README's map is its table."""
+    from rl_vs_sft_map import build
+    from rl_vs_sft_map import markdown_table as map_table
+
+    root = Path(__file__).parent.parent
+    committed = json.loads((root / "benchmarks/results/rl_vs_sft_map.json").read_text())
+    assert committed == json.loads(json.dumps(build(root / "benchmarks/results")))
+    assert {(s["env"], s["regime"]) for s in committed["studies"]} >= {("product_finder", "cheap:64")}
+    assert map_table(committed) in (root / "README.md").read_text()

@@ -176,6 +176,19 @@ def test_expert_and_random_on_200_test_tasks(spec, test_tasks):
     assert time.perf_counter() - t0 < 20
 
 
+def test_the_question_only_calibration_strategy_reads_nothing_but_the_question(spec, test_tasks):
+    """``per_fact_top_hit`` (a calibration row): the same calls with the answer and statements removed from the
+    task, and lexical search alone solves some tasks but not all — between the random policy and the expert."""
+    from dataclasses import replace
+
+    policy = spec.strategies["per_fact_top_hit"]
+    for t in test_tasks[:10]:
+        blind = replace(t, answer={"facts": []}, meta={})
+        assert [c for c, _ in run_policy(spec, t, policy)[1]] == [c for c, _ in run_policy(spec, blind, policy)[1]]
+    wins = [spec.evaluate(t, run_policy(spec, t, policy)[0])["success"] for t in test_tasks[:60]]
+    assert 0.2 < sum(wins) / len(wins) < 0.95
+
+
 # -- tools -----------------------------------------------------------------------------------------------
 
 def test_tool_names_match_the_seed(env):
