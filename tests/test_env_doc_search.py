@@ -176,12 +176,12 @@ def test_expert_and_random_on_200_test_tasks(spec, test_tasks):
     assert time.perf_counter() - t0 < 20
 
 
-def test_the_question_only_calibration_strategy_reads_nothing_but_the_question(spec, test_tasks):
-    """``per_fact_top_hit`` (a calibration row): the same calls with the answer and statements removed from the
+def test_the_cheap_strategy_reads_nothing_but_the_question(spec, test_tasks):
+    """The cheap policy, ``per_fact_top_hit`` (a calibration row and the ``cheap:N`` regime): the same calls with the answer and statements removed from the
     task, and lexical search alone solves some tasks but not all — between the random policy and the expert."""
     from dataclasses import replace
 
-    policy = spec.strategies["per_fact_top_hit"]
+    policy = spec.cheap_policy
     for t in test_tasks[:10]:
         blind = replace(t, answer={"facts": []}, meta={})
         assert [c for c, _ in run_policy(spec, t, policy)[1]] == [c for c, _ in run_policy(spec, blind, policy)[1]]

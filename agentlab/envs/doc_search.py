@@ -375,8 +375,9 @@ def noisy_expert(task: Task, drop: float = 0.3, extra: float = 0.4, give_up: flo
 
 
 def per_fact_top_hit(task: Task):
-    """A calibration strategy that reads only the question: one ``bm25_search`` per numbered fact (the module's name
-    and the fact's words), curate each search's first hit, finish. What lexical search alone gets, with no reading."""
+    """The cheap strategy (``EnvSpec.cheap_policy``: a calibration row, and the ``cheap:N`` regime's traces): it reads
+    only the question — one ``bm25_search`` per numbered fact (the module's name and the fact's words), curate each
+    search's first hit, finish. What lexical search alone gets, with no reading and nothing privileged."""
     unit = re.search(r"`([^`]+)`", task.question)
     for line in re.findall(r"^\d+\. (.*)$", task.question, re.MULTILINE):
         query = f"{unit.group(1) if unit else ''} {line.split(':', 1)[-1]}".strip()
@@ -423,6 +424,6 @@ SPEC = EnvSpec(
     # context (max 3,262 over a ~1,040-token prompt); room for a policy that reads one or two chunks more
     budget=Budget(max_turns=10, max_new_tokens=160, max_context=4096),
     valid_rollout=lambda outcome: bool(outcome.final),  # the write-up: at least one document curated
-    expert=expert, random_policy=random_policy, audit_keys=audit_keys, strategies={"per_fact_top_hit": per_fact_top_hit},
+    expert=expert, random_policy=random_policy, audit_keys=audit_keys, cheap_policy=per_fact_top_hit,
     description="Curate the Python-documentation chunks that support 1-3 facts (F4 reward, after the GRPO search-agent post).",
 )
