@@ -229,3 +229,21 @@ def test_the_rl_vs_sft_map_is_built_from_the_studies_and_rendered_in_the_readme(
     assert committed == json.loads(json.dumps(build(root / "benchmarks/results")))
     assert {(s["env"], s["regime"]) for s in committed["studies"]} >= {("product_finder", "cheap:64")}
     assert map_table(committed) in (root / "README.md").read_text()
+
+
+def test_pass_at_k_curve_is_the_unbiased_estimator_averaged_over_tasks(tmp_path, monkeypatch):
+    """pass_at_k.py: pass@j rises with j to the share of tasks ever solved; tasks short of k samples are left out;
+    a run folder that holds no comparison is refused with what to do."""
+    import itertools
+
+    import pass_at_k
+    import pytest
+
+    samples = {"a": [1, 0, 0, 0], "b": [0, 0, 0, 0], "c": [1, 1, 1, 1], "short": [1]}
+    points = pass_at_k.curve(samples, 4)
+    assert [p["k"] for p in points] == [1, 2, 3, 4] and all(p["n"] == 3 for p in points)
+    assert points[0]["mean"] == (0.25 + 0 + 1) / 3 and points[-1]["mean"] == 2 / 3
+    assert all(x["mean"] <= y["mean"] for x, y in itertools.pairwise(points))
+    monkeypatch.setenv("AGENTLAB_RUNS", str(tmp_path))
+    with pytest.raises(SystemExit, match="no comparison"):
+        pass_at_k.main(["--run", "nothing-here"])

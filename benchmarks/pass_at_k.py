@@ -1,0 +1,85 @@
+"""Sharpening a skill or finding a new one? pass@k of a comparison's ``sft_best`` and GRPO on its validation tasks.
+
+    python benchmarks/pass_at_k.py --run rl-vs-sft/product_finder/cheap-64/seed-0          # k = 1..16, T = 1.0
+    python benchmarks/pass_at_k.py --run seed-systems/doc_search/easy-64/seed-0 --k 8 --n 32
+
+Each arm's chosen adapter (its ``choice.json`` in the comparison's folder under ``runs/``) samples ``k`` episodes per
+validation task at GRPO's temperature; pass@j for j = 1..k is the unbiased estimator (``evals.pass_at_k``) averaged
+over tasks, with a 95% bootstrap CI over tasks. Where GRPO lifts pass@1 but not pass@16, it made likelier what
+``sft_best`` could already sample (sharpening); where it lifts pass@16 too, it reaches tasks the start could not.
+Samples are written under ``<run>/pass_at_k/<arm>/`` and read back (resumable). Writes
+``benchmarks/results/pass_at_k.json`` (one entry per run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import RESULTS, write_result
+
+
+def curve(samples: dict[str, list[float]], k: int) -> list[dict]:
+    """pass@j for j = 1..k from ``{task: [0/1 per sample]}`` (tasks with fewer than ``k`` samples are left out):
+    ``[{"k", "mean", "ci_low", "ci_high", "n"}]``.
+
+    >>> [round(p["mean"], 3) for p in curve({"a": [1, 0, 0, 0], "b": [0, 0, 0, 0]}, 4)]
+    [0.125, 0.25, 0.375, 0.5]
+    """
+    from agentlab.evals import mean_ci, pass_at_k
+
+    usable = {t: v for t, v in samples.items() if len(v) >= k}
+    return [{"k": j, **mean_ci([pass_at_k(len(v), int(sum(x >= 1.0 for x in v)), j) for v in usable.values()])}
+            for j in range(1, k + 1)]
+
+
+def main(argv=None) -> int:
+    from agentlab.evals import per_task, read_rollouts
+    from agentlab.paths import runs_dir
+    from agentlab.pipeline import evaluate
+    from agentlab.rollout import EVAL_BATCH, LoopConfig
+    from agentlab.runs import RunDir
+    from agentlab.synth import load_tasks
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--run", required=True, help="a comparison's folder under runs/ (agentlab compare, a study seed)")
+    p.add_argument("--arms", default="sft_best,grpo")
+    p.add_argument("--k", type=int, default=16)
+    p.add_argument("--n", type=int, default=64, help="validation tasks (the first n of the comparison's)")
+    a = p.parse_args(argv)
+    run = RunDir(runs_dir() / a.run)
+    if not (run.path / "config.json").exists():
+        raise SystemExit(f"{run.path} holds no comparison (no config.json): run it first")
+    cfg = json.loads((run.path / "config.json").read_text())
+    tasks = load_tasks(run.path / "tasks" / "validation.jsonl")[: a.n]
+    loop = LoopConfig(**{k: cfg.get(k) for k in ("max_turns", "max_new_tokens", "max_context")},
+                      temperature=cfg.get("temperature", 1.0), batch_size=EVAL_BATCH,
+                      engine=cfg.get("rollout_backend", "torch"))
+    entry = {"env": cfg["env"], "regime": cfg.get("regime"), "k": a.k, "n": len(tasks),
+             "temperature": loop.temperature, "arms": {}}
+    for arm in a.arms.split(","):
+        choice_file = run.path / arm / "choice.json"
+        if not choice_file.exists():
+            print(f"[pass@k] {arm}: no {choice_file.relative_to(runs_dir())}, skipped", flush=True)
+            continue
+        adapter = run.resolve(json.loads(choice_file.read_text())["adapter"])
+        out = run.path / "pass_at_k" / arm
+        print(f"[pass@k] {arm}: {a.k} samples on each of {len(tasks)} validation tasks at T={loop.temperature}",
+              flush=True)
+        evaluate(cfg["model"], cfg["env"], tasks, out, adapter=str(adapter), samples=a.k, greedy=False, loop=loop,
+                 label=f"{arm} pass@k", seed=cfg.get("seed", 0), reuse=True)
+        entry["arms"][arm] = curve(per_task(read_rollouts(out / "rollouts.jsonl")[0]), a.k)
+        first, last = entry["arms"][arm][0], entry["arms"][arm][-1]
+        print(f"[pass@k] {arm}: pass@1 {first['mean']:.3f}, pass@{a.k} {last['mean']:.3f}", flush=True)
+    path = RESULTS / "pass_at_k.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    results[a.run] = entry
+    print(f"-> {write_result('pass_at_k.json', results)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
