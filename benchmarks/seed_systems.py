@@ -231,6 +231,18 @@ def plot(out: dict, path: Path) -> Path:
     return path
 
 
+def study_config(base, seeds) -> dict:
+    """The settings the regime's seeds ran with: the first seed folder's ``config.json`` (so a ``--gather-only``
+    without the run's ``--set`` still reports them), else ``base``."""
+    from agentlab.paths import runs_dir
+
+    for seed in seeds:
+        path = runs_dir() / seed_name(base.env, base.regime, seed) / "config.json"
+        if path.exists():
+            return json.loads(path.read_text())
+    return json.loads(json.dumps(vars(base)))
+
+
 def main(argv=None) -> int:
     from agentlab.compare import CompareConfig
     from agentlab.envs import load
@@ -245,6 +257,8 @@ def main(argv=None) -> int:
     p.add_argument("--table", action="store_true")
     p.add_argument("--regime", default=None, help="the SFT start's data regime instead of the study's (STUDY), "
                    "e.g. expert:64; reported beside it under 'also'")
+    p.add_argument("--set", default=None, help="the study's settings changed, field=value,... of CompareConfig (e.g. "
+                   "grpo_steps=12,groups_per_step=4): recorded in the regime's config; a seed's folder refuses others")
     p.add_argument("--tune", default=None, help="GRPO settings to try from each seed's SFT start on validation, "
                    "e.g. groups_per_step=4,group_size=4,grpo_steps=15,eval_every=5 (recorded under 'tuning')")
     a = p.parse_args(argv)
@@ -253,7 +267,9 @@ def main(argv=None) -> int:
     if a.table:
         print(markdown_table(out))
         return 0
-    base = CompareConfig.from_text({"env": a.env, **STUDY[a.env], **({"regime": a.regime} if a.regime else {})})
+    changed = dict(kv.split("=", 1) for kv in a.set.split(",")) if a.set else {}
+    base = CompareConfig.from_text({"env": a.env, **STUDY[a.env], **({"regime": a.regime} if a.regime else {}),
+                                    **changed})
     slot = regime_slot(out, a.env, base.regime)
     if a.tune:
         tuning = slot.setdefault("tuning", [])
@@ -279,7 +295,7 @@ def main(argv=None) -> int:
     kept = {k: v for k, v in slot.items() if k in ("tuning", "also")}  # written by --tune, and other regimes
     slot.clear()
     slot.update({**kept, "n": base.test, "regime": base.regime, "budget": vars(load(a.env).budget),
-                 "config": {k: v for k, v in json.loads(json.dumps(vars(base))).items() if k not in ("name", "seed")},
+                 "config": {k: v for k, v in study_config(base, a.seeds).items() if k not in ("name", "seed")},
                  "machine": describe(), "tried": list(tried.values()), "seeds": [seeds[k] for k in sorted(seeds)]})
     print(f"-> {write_result('seed_systems.json', out)}")
     print(f"-> {plot(out, RESULTS / 'seed_systems.png')}")
