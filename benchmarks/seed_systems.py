@@ -3,6 +3,10 @@
     python benchmarks/seed_systems.py --env doc_search --seeds 0        # one seed: ~100 min on 2 cores
     python benchmarks/seed_systems.py --env doc_search --gather-only    # rebuild the JSON from finished seeds
     python benchmarks/seed_systems.py --table                           # the README's table, from the JSON
+    python benchmarks/seed_systems.py --env doc_search --seeds 0 --tune grpo_steps=12,groups_per_step=4
+                                        # GRPO settings tried from seed 0's SFT start on its validation split
+    python benchmarks/seed_systems.py --env doc_search --regime cheap:64 --set grpo_steps=12 --seeds 0
+                                        # another regime beside the study's (reported under "also")
 
 Each seed is ``agentlab compare`` with the arms ``sft_best`` and ``grpo`` (``STUDY[env]``: the regime, the SFT
 search, GRPO's budget, and ``select``: every choice maximises validation *reward*, doc_search's F4, which GRPO
