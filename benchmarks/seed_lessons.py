@@ -16,7 +16,7 @@ Each lesson compares two settings that differ in one thing, from the same start 
 ``penalty``  the empty-set penalty (-0.2 for curating nothing) against none: how often is nothing curated?
 =========  =====================================================================================================
 
-Runs are ``runs/seed-lessons/doc_search/<setting>/seed-<k>`` (settings shared by lessons run once). Every run's last
+Runs are ``runs/seed-lessons/doc_search/<regime>/<setting>/seed-<k>`` (settings shared by lessons run once). Every run's last
 checkpoint is evaluated greedily on the same validation tasks (the study's, ≥ 64); a lesson reports each setting's
 metrics pooled over seeds (mean and 95% bootstrap CI over (seed, task) pairs), per-seed means, the difference paired
 over (seed, task), and the training side (policy entropy, zero-variance groups). Writes the ``lessons`` entry of
@@ -55,7 +55,8 @@ def experiment(start: Path, setting: str, seed: int):
 
     cfg = json.loads((start / "config.json").read_text())
     study = CompareConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items()})
-    exp = replace(study.experiment(), name=f"seed-lessons/{study.env}/{setting}/seed-{seed}", seed=seed,
+    exp = replace(study.experiment(), name=f"seed-lessons/{study.env}/{study.regime.replace(':', '-')}/{setting}/"
+                  f"seed-{seed}", seed=seed,
                   steps=STEPS, eval_every=EVAL_EVERY)
     diff = dict(SETTINGS[setting])
     if factor := diff.pop("lr_factor", None):
@@ -117,8 +118,10 @@ def main(argv=None) -> int:
     p.add_argument("--lessons", nargs="+", default=list(LESSONS), choices=list(LESSONS))
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--gather-only", action="store_true")
+    p.add_argument("--regime", default=None, help="start from that regime's seed-0 sft_best (seed_systems.py "
+                   "--regime) instead of the study's")
     a = p.parse_args(argv)
-    start = runs_dir() / seed_name(a.env, STUDY[a.env]["regime"], 0)
+    start = runs_dir() / seed_name(a.env, a.regime or STUDY[a.env]["regime"], 0)
     choice = start / "sft_best" / "choice.json"
     if not choice.exists():
         raise SystemExit(f"{choice} does not exist: run benchmarks/seed_systems.py --env {a.env} --seeds 0 first "
@@ -141,6 +144,7 @@ def main(argv=None) -> int:
     path = RESULTS / "seed_systems.json"
     out = json.loads(path.read_text()) if path.exists() else {}
     lessons = out.setdefault("lessons", {})
+    lessons["start"] = {"regime": a.regime or STUDY[a.env]["regime"], "adapter": f"{chosen['lr']:g} x {chosen['steps']}"}
     for lesson in a.lessons:
         x, y = LESSONS[lesson]
         if set(runs[x]) & set(runs[y]):
