@@ -353,7 +353,10 @@ def reuse_start_eval(folder: Path, exp: Experiment, tasks: list[Task], run: RunD
     if summary is None or exp.reward_object() is not None or summary.get("samples") != 1:
         return False
     loop = replace(exp.loop(), temperature=0, batch_size=EVAL_BATCH)
-    if summary.get("loop") != json.loads(json.dumps(dataclasses.asdict(loop))):
+    recorded = dict(summary.get("loop") or {})
+    if "backend" in recorded:  # summaries written before LoopConfig.backend was named engine
+        recorded["engine"] = recorded.pop("backend")
+    if recorded != json.loads(json.dumps(dataclasses.asdict(loop))):
         return False
     episodes = read_rollouts(folder / "rollouts.jsonl")[0]
     if sorted(ep.task.id for ep in episodes) != sorted(t.id for t in tasks[: exp.eval_tasks]):

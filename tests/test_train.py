@@ -482,3 +482,6 @@ def test_start_eval_is_read_back_only_when_it_is_step_zeros_own(tmp_path):
         elsewhere = RunDir(tmp_path / f"other-{len(list(tmp_path.iterdir()))}")
         assert not reuse_start_eval(folder, other_exp, other_tasks, elsewhere)
         assert not (elsewhere.path / "evals").exists()
+    older = {k if k != "engine" else "backend": v for k, v in asdict(loop).items()}  # a summary from before the rename
+    (folder / "summary.json").write_text(json.dumps({"samples": 1, "loop": older, **summarize(episodes)}))
+    assert reuse_start_eval(folder, exp, tasks, RunDir(tmp_path / "grpo-older"))
