@@ -62,6 +62,13 @@ def timed_greedy(model, tok, spec, tasks, args, batch_size: int, precision: str 
     return episodes, time.perf_counter() - t0
 
 
+def scripted_policies(spec) -> dict:
+    """An environment's scripted strategies by name, in a study table's order — the expert, the cheap policy, its
+    named strategies, the random floor — leaving out those it lacks: the calibration rows."""
+    named = {"expert": spec.expert, "cheap": spec.cheap_policy, **spec.strategies, "random": spec.random_policy}
+    return {name: policy for name, policy in named.items() if policy is not None}
+
+
 def write_result(name: str, data: dict) -> Path:
     """Write ``benchmarks/results/<name>`` (JSON, indented) and return its path."""
     RESULTS.mkdir(exist_ok=True)

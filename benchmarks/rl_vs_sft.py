@@ -22,7 +22,7 @@ from dataclasses import fields
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, write_result
+from common import RESULTS, scripted_policies, write_result
 
 from agentlab.compare import ARMS, CompareConfig, run_compare
 from agentlab.paths import runs_dir
@@ -113,8 +113,7 @@ def scripted_rows(env: str, config: dict, seed: int) -> dict:
     sizes = {k: config[k] for k in ("train", "validation", "test")}
     test = build_splits(spec, sizes, seed=seed)["test"]
     return {name: mean_ci([spec.evaluate(t, run_policy(spec, t, policy)[0])["success"] for t in test])
-            for name, policy in {"expert": spec.expert, "cheap": spec.cheap_policy, **spec.strategies,
-                                 "random": spec.random_policy}.items() if policy is not None}
+            for name, policy in scripted_policies(spec).items()}
 
 
 def calibration_table(study: dict) -> str:

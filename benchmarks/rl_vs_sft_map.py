@@ -57,31 +57,32 @@ def study_entry(env: str, regime: str, seeds: list[dict], success_key=None) -> d
     return {"env": env, "regime": regime, "metric": success_key or "success", "seeds": out}
 
 
+def scripted_means(seeds: list[dict], success_key=None) -> dict:
+    """Each scripted strategy's success averaged over the seeds that recorded it (``success_key`` as in
+    :func:`study_entry`)."""
+    per_strategy: dict[str, list[float]] = {}
+    for s in seeds:
+        for name, x in s.get("scripted", {}).items():
+            per_strategy.setdefault(name, []).append((x[success_key] if success_key else x)["mean"])
+    return {k: round(sum(v) / len(v), 4) for k, v in per_strategy.items()}
+
+
 def build(results: Path = RESULTS) -> dict:
+    from seed_systems import studies as seed_studies
+
     studies, scripted = [], {}
     path = results / "rl_vs_sft.json"
     if path.exists():
         rl = json.loads(path.read_text())
         studies.append(study_entry(rl["env"], rl["regime"], rl["seeds"]))
-        per_strategy: dict[str, list[float]] = {}
-        for s in rl["seeds"]:
-            for name, x in s.get("scripted", {}).items():
-                per_strategy.setdefault(name, []).append(x["mean"])
-        scripted[rl["env"]] = {k: round(sum(v) / len(v), 4) for k, v in per_strategy.items()}
+        scripted[rl["env"]] = scripted_means(rl["seeds"])
     path = results / "seed_systems.json"
     if path.exists():
-        sys_ = json.loads(path.read_text())
-        for env, e in sys_.items():
-            if env == "lessons":
+        for env, e in seed_studies(json.loads(path.read_text())):
+            if not e["seeds"]:
                 continue
-            for regime_entry in [e, *e.get("also", {}).values()]:
-                if regime_entry.get("seeds"):
-                    studies.append(study_entry(env, regime_entry["regime"], regime_entry["seeds"], "success"))
-                    per_strategy = {}
-                    for s in regime_entry["seeds"]:
-                        for name, x in s.get("scripted", {}).items():
-                            per_strategy.setdefault(name, []).append(x["success"]["mean"])
-                    scripted.setdefault(env, {k: round(sum(v) / len(v), 4) for k, v in per_strategy.items()})
+            studies.append(study_entry(env, e["regime"], e["seeds"], "success"))
+            scripted.setdefault(env, scripted_means(e["seeds"], "success"))
     return {"studies": studies, "scripted": scripted}
 
 

@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, write_result
+from common import RESULTS, scripted_policies, write_result
 
 METRICS = ("f4", "f1", "precision", "recall", "success", "curated")
 # Chosen on seed 0's validation split (doc_search: benchmarks/results/seed_systems_probe.json found lr 1e-3 on
@@ -67,14 +67,12 @@ def by_difficulty(episodes: list) -> dict:
     return out
 
 
-def answer_sizes(rollouts: Path) -> dict:
-    """How many ids each episode's answer held (doc_search: chunks curated), counted per task difficulty, over the
-    episodes of a rollouts file: whether a policy ever *samples* a bigger set, which GRPO can only reinforce if it
-    does (``{"<difficulty>": {"<size>": episodes}}``)."""
-    from agentlab.evals import read_rollouts
-
+def answer_sizes(episodes: list) -> dict:
+    """How many ids each episode's answer held (doc_search: chunks curated), counted per task difficulty: whether a
+    policy ever *samples* a bigger set, which GRPO can only reinforce if it does
+    (``{"<difficulty>": {"<size>": episodes}}``)."""
     out: dict[str, Counter] = {}
-    for ep in read_rollouts(rollouts)[0]:
+    for ep in episodes:
         out.setdefault(str(ep.task.difficulty), Counter())[str(len(ep.outcome.final))] += 1
     return {k: dict(sorted(v.items())) for k, v in sorted(out.items())}
 
@@ -90,11 +88,9 @@ def scripted_entry(env: str, run: Path) -> dict:
     spec = load(env)
     test = load_tasks(run / "tasks" / "test.jsonl")
     out = {}
-    for name, policy in {"expert": spec.expert, "cheap": spec.cheap_policy, **spec.strategies,
-                         "random": spec.random_policy}.items():
-        if policy is not None:
-            scores = [spec.evaluate(t, run_policy(spec, t, policy)[0]) for t in test]
-            out[name] = {m: mean_ci([x.get(m, 0.0) for x in scores]) for m in METRICS}
+    for name, policy in scripted_policies(spec).items():
+        scores = [spec.evaluate(t, run_policy(spec, t, policy)[0]) for t in test]
+        out[name] = {m: mean_ci([x.get(m, 0.0) for x in scores]) for m in METRICS}
     return out
 
 
@@ -108,7 +104,7 @@ def seed_entry(run: Path, result: dict) -> dict:
             entry[arm], episodes[arm] = policy_entry(run / "test" / arm / "rollouts.jsonl")
     entry["exits"] = {arm: dict(Counter(ep.exit_reason for ep in eps)) for arm, eps in episodes.items()}
     entry["by_difficulty"] = {arm: by_difficulty(eps) for arm, eps in episodes.items()}
-    entry["answer_sizes"] = {arm: answer_sizes(run / "test" / arm / "rollouts.jsonl") for arm in episodes}
+    entry["answer_sizes"] = {arm: answer_sizes(eps) for arm, eps in episodes.items()}
     if "grpo" in entry:
         entry["grpo_minus_sft_best"] = {}
         for m in METRICS:
@@ -118,12 +114,13 @@ def seed_entry(run: Path, result: dict) -> dict:
     entry["choices"] = {arm: {k: v for k, v in c.items() if k != "adapter"} for arm, c in result["choices"].items()}
     entry["scripted"] = scripted_entry(result["env"], run)
     if (run / "grpo" / "metrics.jsonl").exists():  # what GRPO's steps looked like: signal left, entropy, time
+        from agentlab.evals import read_rollouts
         from agentlab.runs import read_jsonl
 
         steps = read_jsonl(run / "grpo" / "metrics.jsonl")[0]
         entry["grpo_training"] = {k: [s.get(k) for s in steps] for k in (
             "reward_mean", "zero_variance_groups", "entropy", "grad_norm", "time_generate_s", "time_step_s")}
-        entry["grpo_training"]["answer_sizes"] = answer_sizes(run / "grpo" / "rollouts.jsonl")  # sampled, T > 0
+        entry["grpo_training"]["answer_sizes"] = answer_sizes(read_rollouts(run / "grpo" / "rollouts.jsonl")[0])
     entry["seconds"] = result["seconds"]
     return entry
 
@@ -152,6 +149,7 @@ def tune(base, seed: int, text: str) -> dict:
     training and validation tasks, into ``<seed run>/tune/<field-value_...>``: how GRPO's setting is chosen on seed 0's
     validation split before the study's seeds run with it. Resumes; returns its validation curve and training side."""
     from agentlab.compare import CompareConfig, search_validation
+    from agentlab.evals import read_rollouts
     from agentlab.paths import runs_dir
     from agentlab.runs import RunDir
     from agentlab.synth import load_tasks
@@ -176,7 +174,7 @@ def tune(base, seed: int, text: str) -> dict:
                             "success_ci": [e["success"]["ci_low"], e["success"]["ci_high"]]} for e in run.evals()],
             "training": {k: [x.get(k) for x in steps] for k in (
                 "reward_mean", "zero_variance_groups", "entropy", "time_step_s")}
-            | {"answer_sizes": answer_sizes(run.path / "rollouts.jsonl")}}
+            | {"answer_sizes": answer_sizes(read_rollouts(run.rollouts_file)[0])}}
 
 
 def regime_slot(out: dict, env: str, regime: str) -> dict:
