@@ -232,8 +232,8 @@ def _cmd_quickstart(a) -> int:
     from agentlab.quickstart import QuickstartConfig, run_quickstart
 
     cfg = QuickstartConfig.smoke() if a.smoke else QuickstartConfig()
-    run_quickstart(dataclasses.replace(cfg, name=a.name or cfg.name,
-                                       rollout_backend=a.rollout_backend or cfg.rollout_backend), overwrite=a.overwrite)
+    run_quickstart(cfg.replace(name=a.name or cfg.name, rollout_backend=a.rollout_backend or cfg.grpo.rollout_backend),
+                   overwrite=a.overwrite)
     return 0
 
 
@@ -254,15 +254,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_quickstart)
 
     from agentlab.compare import ARMS, CompareConfig
-    from agentlab.fields import field_type
+    from agentlab.fields import default_type, field_type
 
     p = sub.add_parser("compare", help="does RL beat SFT here? GRPO vs tuned SFT, compute-matched SFT and RFT")
-    for f in dataclasses.fields(CompareConfig):
-        flag = "--" + f.name.replace("_", "-")
-        if isinstance(f.default, tuple):
-            p.add_argument(flag, default=None, help=f"comma-separated, default {','.join(map(str, f.default))}")
+    for name, default in CompareConfig.flat_defaults().items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(default, tuple):
+            p.add_argument(flag, default=None, help=f"comma-separated, default {','.join(map(str, default))}")
         else:
-            p.add_argument(flag, type=field_type(f), default=None, help=f"default {f.default}")
+            p.add_argument(flag, type=default_type(default), default=None, help=f"default {default}")
     p.add_argument("--arms", default=None, help=f"comma-separated subset of {','.join(ARMS)} (default: every arm the environment can run)")
     _add_trl_class_args(p)
     p.add_argument("--smoke", action="store_true", help="tiny model and sizes (about a minute; for CI)")

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from agentlab.compare_config import ARMS, CompareConfig
@@ -97,7 +96,7 @@ class Comparison:
     def sft_settings(self, lr: float, steps: int):
         from agentlab.train import SFTSettings
 
-        return SFTSettings(steps=steps, batch_size=self.cfg.sft_batch, lr=lr, seed=self.cfg.seed)
+        return SFTSettings(steps=steps, batch_size=self.cfg.sft.batch, lr=lr, seed=self.cfg.seed)
 
     def tasks(self) -> dict[str, list[Task]]:
         from agentlab.synth import build_splits, expert_demos, load_tasks, save_splits
@@ -133,7 +132,7 @@ class Comparison:
         """
         from agentlab.train import run_sft
 
-        steps = tuple(sorted(set(self.cfg.sft_steps)))
+        steps = tuple(sorted(set(self.cfg.sft.steps)))
         best = None
 
         def score(lr: float, s: int, adapter: Path) -> bool:
@@ -157,7 +156,7 @@ class Comparison:
             for s in steps:
                 score(lr, s, folder / f"adapter-step-{s}")
         last = max(steps)
-        for _ in range(self.cfg.sft_extend):
+        for _ in range(self.cfg.sft.extend):
             point, adapter = best[1], best[2]
             if point["steps"] != last:
                 break
@@ -183,11 +182,11 @@ class Comparison:
         grpo_run = RunDir(self.run.path / "grpo")
         if not grpo_run.finished:
             adapter = self.adapter(start)
-            run_grpo(self.cfg.experiment(), train, val, init_adapter=adapter, run=grpo_run, engine=self.engine,
+            run_grpo(self.cfg.grpo, train, val, init_adapter=adapter, run=grpo_run, engine=self.engine,
                      start_eval=search_validation(adapter, start["steps"]))
         evals = [e for e in grpo_run.evals() if e["step"] > 0]
         for e in evals:
-            self._tried({"arm": "grpo", "regime": self.cfg.data(), "lr": self.cfg.grpo_lr, "steps": e["step"],
+            self._tried({"arm": "grpo", "regime": self.cfg.data(), "lr": self.cfg.grpo.lr, "steps": e["step"],
                                "validation": self.figure(e)})
         best = max(evals, key=lambda e: (e[self.cfg.select]["mean"], -e["step"]))
         seconds = sum(m.get("time_step_s") or 0.0 for m in grpo_run.metrics())
@@ -198,7 +197,7 @@ class Comparison:
 
     def checkpoints(self) -> int:
         """How many checkpoints a time-matched arm saves and scores on validation: as many as GRPO's evaluations."""
-        return max(1, self.cfg.grpo_steps // max(1, self.cfg.eval_every))
+        return max(1, self.cfg.grpo.steps // max(1, self.cfg.grpo.eval_every))
 
     def choose(self, arm: str, folder: Path, lr: float, val: list[Task]) -> dict:
         """Score each checkpoint a time-budgeted SFT run saved on validation; the best (ties: the earlier one).
@@ -251,7 +250,7 @@ def run_compare(cfg: CompareConfig, arms: tuple[str, ...] | None = None, overwri
     """Run (or resume) the arms of ``cfg``, evaluate each once on test, write ``result.json`` and ``result.png``.
     ``arms`` ``None``: every arm the environment can run (``sft_all`` needs a scripted expert).
     ``engine(model, tok, config, greedy, seed) -> GenerateFn`` decodes every evaluation and GRPO's rollouts instead
-    of ``cfg.rollout_backend`` (rft's sampling too)."""
+    of ``cfg.grpo.rollout_backend`` (rft's sampling too)."""
     from agentlab.envs import load
     from agentlab.evals import paired_bootstrap_ci, read_rollouts
 
@@ -271,12 +270,12 @@ def run_compare(cfg: CompareConfig, arms: tuple[str, ...] | None = None, overwri
     splits = cmp._timed("tasks", cmp.tasks)
     val, test = splits["validation"], splits["test"]
     policies: dict[str, dict] = {}
-    _say(f"[{cfg.name}] SFT search on {len(cmp.demos())} {cfg.data()} demonstrations: lr {cfg.sft_lrs} x steps "
-         f"{cfg.sft_steps}, chosen on {len(val)} validation tasks")
-    best = cmp.sft_search("sft_best", cmp.demos(), cfg.sft_lrs, val)
+    _say(f"[{cfg.name}] SFT search on {len(cmp.demos())} {cfg.data()} demonstrations: lr {cfg.sft.lrs} x steps "
+         f"{cfg.sft.steps}, chosen on {len(val)} validation tasks")
+    best = cmp.sft_search("sft_best", cmp.demos(), cfg.sft.lrs, val)
     policies["sft_best"] = best
     if "grpo" in arms:
-        _say(f"[{cfg.name}] GRPO from sft_best (lr {best['lr']:g}, {best['steps']} steps): {cfg.grpo_steps} steps")
+        _say(f"[{cfg.name}] GRPO from sft_best (lr {best['lr']:g}, {best['steps']} steps): {cfg.grpo.steps} steps")
         policies["grpo"] = cmp._timed("grpo", cmp.grpo, best, val, splits["train"])
         budget = policies["grpo"]["train_seconds"]
         if "sft_matched" in arms:
@@ -308,7 +307,7 @@ def run_compare(cfg: CompareConfig, arms: tuple[str, ...] | None = None, overwri
                 diffs[f"grpo_minus_{arm}"] = {"mean": results["grpo"]["success"] - results[arm]["success"],
                                               "ci_low": low, "ci_high": high}
     result = {"env": cfg.env, "regime": cfg.data(), "seed": cfg.seed, "n": len(test), **results, **diffs,
-              "choices": policies, "tried": cmp.tried, "seconds": cmp.seconds, "config": asdict(cfg)}
+              "choices": policies, "tried": cmp.tried, "seconds": cmp.seconds, "config": cfg.to_config()}
     cmp.run.write_json("result.json", result)
     from agentlab.plots import plot_comparison
 

@@ -4,9 +4,11 @@ A field's values have its default's type; a field whose default is ``None`` (a b
 takes ``int``; a tuple field, or a swept field, takes comma-separated values. A value that does not parse is named
 with its flag in one line.
 
-    >>> from agentlab.compare import CompareConfig
-    >>> typed_fields(CompareConfig, {"sft_lrs": "1e-3,2e-3", "seed": "1", "env": None})
-    {'seed': 1, 'sft_lrs': (0.001, 0.002)}
+    >>> from agentlab.experiment import Experiment
+    >>> typed_fields(Experiment, {"lr": "1e-3", "max_turns": "4", "env": None})
+    {'lr': 0.001, 'max_turns': 4}
+    >>> typed_values({"sft_lrs": (3e-4,), "seed": 0}, {"sft_lrs": "1e-3,2e-3", "seed": "1"})
+    {'sft_lrs': (0.001, 0.002), 'seed': 1}
     >>> parse_value("lr", "1e-4,fast", float, many=True)
     Traceback (most recent call last):
     ValueError: --lr '1e-4,fast': expected comma-separated float values
@@ -17,10 +19,15 @@ from __future__ import annotations
 import dataclasses
 
 
-def field_type(f: dataclasses.Field) -> type:
-    """The type of a config field's values (``int`` for a budget field whose default, None, means the env's)."""
-    default = f.default[0] if isinstance(f.default, tuple) else f.default
+def default_type(default) -> type:
+    """The type of a config field's values from its default (``int`` for a budget field whose default, None,
+    means the environment's; a tuple's items' type)."""
+    default = default[0] if isinstance(default, tuple) else default
     return int if default is None else type(default)
+
+
+def field_type(f: dataclasses.Field) -> type:
+    return default_type(f.default)
 
 
 def parse_value(name: str, raw: str, kind: type, many: bool = False):
@@ -32,7 +39,13 @@ def parse_value(name: str, raw: str, kind: type, many: bool = False):
                          f"{kind.__name__} values") from None
 
 
+def typed_values(defaults: dict, given: dict[str, str | None]) -> dict:
+    """The fields named in ``defaults`` (name -> default) that ``given`` holds as text (``None``: not given), each
+    parsed to its default's type."""
+    return {name: parse_value(name, given[name], default_type(d), many=isinstance(d, tuple))
+            for name, d in defaults.items() if given.get(name) is not None}
+
+
 def typed_fields(cls, given: dict[str, str | None]) -> dict:
-    """The fields of dataclass ``cls`` that ``given`` holds as text (``None``: not given), each parsed."""
-    return {f.name: parse_value(f.name, given[f.name], field_type(f), many=isinstance(f.default, tuple))
-            for f in dataclasses.fields(cls) if given.get(f.name) is not None}
+    """The fields of dataclass ``cls`` that ``given`` holds as text, each parsed."""
+    return typed_values({f.name: f.default for f in dataclasses.fields(cls)}, given)

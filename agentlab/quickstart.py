@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import resource
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 
+from agentlab.compare_config import CompareConfig, SFTSearch
+from agentlab.experiment import Experiment
 from agentlab.machine import describe
 from agentlab.paths import QUICKSTART_RUN, shown
 from agentlab.runs import RunDir
@@ -36,40 +38,29 @@ from agentlab.runs import RunDir
 ARMS = ("sft_best", "grpo", "sft_matched")
 
 
+def _grpo_default() -> Experiment:
+    return Experiment(env="lookup", groups_per_step=2, group_size=4, steps=12, eval_every=6,
+                      temperature=1.0)  # GRPO's sampling temperature, as in the study (benchmarks/rl_vs_sft.py)
+
+
 @dataclass(frozen=True)
-class QuickstartConfig:
+class QuickstartConfig(CompareConfig):
+    """The quickstart is a comparison (:class:`~agentlab.compare_config.CompareConfig`) with lookup's small
+    budgets: the defaults below are all that differs."""
+
     name: str = QUICKSTART_RUN
-    env: str = "lookup"
     regime: str = "cheap:48"            # 48 successful traces of lookup's cheap strategy (EnvSpec.cheap_policy)
-    model: str = "smollm2-135m"
     train: int = 480                    # the cheap strategy succeeds on ~17% of training tasks: 48 traces need ~300
     validation: int = 48                # every choice (SFT lr and steps, GRPO checkpoint) is made on these
-    test: int = 200                     # touched once per reported policy
-    sft_lrs: tuple[float, ...] = (3e-4, 1e-3, 3e-3)
-    sft_steps: tuple[int, ...] = (4, 8, 16)
-    grpo_steps: int = 12
-    grpo_lr: float = 2e-4
-    groups_per_step: int = 2
-    group_size: int = 4
-    temperature: float = 1.0            # GRPO's sampling temperature, as in the study (benchmarks/rl_vs_sft.py)
-    eval_every: int = 6
-    max_turns: int | None = None        # None: the environment's budget (lookup: 3 turns, 48 tokens a turn)
-    max_new_tokens: int | None = None
-    seed: int = 0
-    rollout_backend: str = "torch"      # "llama_cpp": GRPO's rollouts and every evaluation through engines.llamacpp
+    grpo: Experiment = field(default_factory=_grpo_default)  # lookup's own budget: 3 turns, 48 tokens a turn
+    sft: SFTSearch = field(default_factory=lambda: SFTSearch(steps=(4, 8, 16), extend=1))
+    sft_all_demos: int = 8              # the arm is not run here; its demonstrations stay few
 
     @classmethod
-    def smoke(cls) -> QuickstartConfig:
-        return cls(name="quickstart-smoke", model="tiny-random", regime="cheap:4", train=64, validation=4, test=6,
-                   sft_lrs=(1e-3,), sft_steps=(1, 2), grpo_steps=2, groups_per_step=1, group_size=2,
-                   eval_every=1, max_new_tokens=8)
-
-    def compare(self):
-        """The ``agentlab compare`` configuration this quickstart runs (its run folder is the quickstart's)."""
-        from agentlab.compare import CompareConfig
-
-        fields = {k: v for k, v in asdict(self).items() if k in CompareConfig.__dataclass_fields__}
-        return CompareConfig(**fields, sft_extend=1, sft_all_demos=8)
+    def smoke(cls, **overrides) -> QuickstartConfig:
+        return cls.of(**{"name": "quickstart-smoke", "model": "tiny-random", "regime": "cheap:4", "train": 64,
+                         "validation": 4, "test": 6, "sft_lrs": (1e-3,), "sft_steps": (1, 2), "grpo_steps": 2,
+                         "groups_per_step": 1, "group_size": 2, "eval_every": 1, "max_new_tokens": 8, **overrides})
 
 
 def _peak_rss_gb() -> float:
@@ -82,14 +73,13 @@ def run_quickstart(cfg: QuickstartConfig = QuickstartConfig(), overwrite: bool =
     from agentlab.pipeline import print_summary
     from agentlab.plots import plot_report
 
-    ccfg = cfg.compare()
-    cmp = Comparison(ccfg, overwrite=overwrite)
+    cmp = Comparison(cfg, overwrite=overwrite)
     print(f"\n=== {cfg.model} on {cfg.env}: the base model, then {', '.join(ARMS)} ===", flush=True)
     test = cmp._timed("tasks", cmp.tasks)["test"]
     print(f"[{cfg.name}] base model ({cfg.model}) on {len(test)} test tasks (greedy, once)", flush=True)
     base = cmp._timed("test_base", cmp.evaluate, cmp.run.path / "test" / "base", None, test, "base")
     print_summary(base)
-    result = run_compare(ccfg, arms=ARMS)
+    result = run_compare(cfg, arms=ARMS)
     run = cmp.run
     sft_copy = run.path / "sft" / "adapter"
     if not (sft_copy / "adapter_config.json").exists():
@@ -117,7 +107,7 @@ def _report(cfg: QuickstartConfig, base: dict, result: dict, run: RunDir) -> dic
                "test_evals": round(total("test_") - seconds.get("test_base", 0.0), 1)}
     return {
         "title": f"{cfg.model} on {cfg.env}, regime {cfg.regime}: base → SFT (lr {sft['lr']:g}, {sft['steps']} "
-                 f"steps, chosen on validation) → GRPO (checkpoint {grpo['step']} of {cfg.grpo_steps}); SFT "
+                 f"steps, chosen on validation) → GRPO (checkpoint {grpo['step']} of {cfg.grpo.steps}); SFT "
                  f"continued for GRPO's {grpo['train_seconds']:.0f} s: +{matched['steps_run']} steps, checkpoint "
                  f"+{matched['extra_steps']} chosen",
         "env": cfg.env, "model": cfg.model, "regime": cfg.regime, "n": result["n"],
@@ -133,7 +123,7 @@ def _report(cfg: QuickstartConfig, base: dict, result: dict, run: RunDir) -> dic
         "timings_s": timings, "total_s": round(sum(timings.values()), 1),
         "seconds": seconds, "peak_rss_gb": round(_peak_rss_gb(), 2),
         "machine": describe(),
-        "config": asdict(cfg),
+        "config": cfg.to_config(),
     }
 
 

@@ -18,7 +18,6 @@ records); nothing here imports it, so the module sits below ``compare.py``.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from agentlab.synth import episode_sft_row
@@ -41,16 +40,16 @@ def sample(cmp, adapter: Path, tasks: list[Task], budget_s: float, file: Path, k
     spent = cmp.seconds.get(key, 0.0)
     if spent < budget_s and todo:
         model, tok = load_policy(cfg.model, adapter=adapter)
-        loop = replace(cfg.eval_loop(), temperature=cfg.temperature, batch_size=cfg.groups_per_step * cfg.group_size)
+        loop = cfg.grpo.loop()  # GRPO's sampling: its temperature and batch
         file.parent.mkdir(parents=True, exist_ok=True)
         if file.exists():
             repair_rollouts(file)  # a kill mid-write left a torn line: cut it before appending
         with open(file, "a") as fh:
             while spent < budget_s and todo:
                 t0 = time.time()
-                batch, todo = todo[: cfg.groups_per_step], todo[cfg.groups_per_step:]
+                batch, todo = todo[: cfg.grpo.groups_per_step], todo[cfg.grpo.groups_per_step:]
                 seed = seed_base + len(done_ids)
-                run_episodes(model, tok, cmp.spec, batch, samples=cfg.group_size, config=loop, seed=seed, out=fh,
+                run_episodes(model, tok, cmp.spec, batch, samples=cfg.grpo.group_size, config=loop, seed=seed, out=fh,
                              progress=False,
                              generate_fn=cmp.engine(model, tok, loop, False, seed) if cmp.engine else None)
                 done_ids.update(t.id for t in batch)

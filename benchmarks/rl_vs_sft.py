@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -137,9 +136,10 @@ def parse(argv=None) -> tuple[argparse.Namespace, CompareConfig]:
     parser.add_argument("--calibrate", action="store_true",
                         help="add the scripted strategies' test success to every seed of the JSON (seconds, no model)")
     parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated subset of the arms (default: all)")
-    names = {f.name for f in fields(CompareConfig)} - {"name", "seed"}
+    defaults = {k: v for k, v in CompareConfig.flat_defaults().items() if k not in ("name", "seed")}
+    names = set(defaults)
     for name in sorted(names):
-        default = getattr(CompareConfig, name)
+        default = defaults[name]
         parser.add_argument("--" + name.replace("_", "-"), default=STUDY.get(name),
                             help=f"default {STUDY.get(name, default)}"
                                  + (" (comma-separated)" if isinstance(default, tuple) else ""))
@@ -170,12 +170,10 @@ def main(argv=None) -> int:
                 continue
             result = json.loads(result_file.read_text())
         else:
-            from dataclasses import replace
-
-            result = run_compare(replace(base, name=name, seed=seed), arms=tuple(args.arms.split(",")))
+            result = run_compare(base.replace(name=name, seed=seed), arms=tuple(args.arms.split(",")))
         seeds.append(seed_entry(result))
     out = {"env": base.env, "regime": base.regime, "model": base.model, "config": {
-        k: v for k, v in json.loads(json.dumps(base.__dict__)).items() if k not in ("name", "seed")},
+        k: v for k, v in json.loads(json.dumps(base.to_config())).items() if k not in ("name", "seed")},
         "tried": [], "seeds": []}
     earlier_file = RESULTS / "rl_vs_sft.json"
     earlier = json.loads(earlier_file.read_text()) if earlier_file.exists() else None

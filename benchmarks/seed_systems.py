@@ -134,7 +134,7 @@ def run_seed(base, seed: int, arms: tuple[str, ...]) -> tuple[Path, dict]:
     from agentlab.compare import Comparison, run_compare
     from agentlab.paths import runs_dir
 
-    cfg = replace(base, name=seed_name(base.env, base.regime, seed), seed=seed)
+    cfg = base.replace(name=seed_name(base.env, base.regime, seed), seed=seed)
     run_compare(cfg, arms=arms)
     cmp = Comparison(cfg)
     test = cmp.tasks()["test"]
@@ -162,7 +162,7 @@ def tune(base, seed: int, text: str) -> dict:
                                       for k, v in saved.items() if v is not None}, **given})
     start = json.loads((seed_run.path / "sft_best" / "choice.json").read_text())
     adapter = seed_run.resolve(start["adapter"])
-    exp = replace(cfg.experiment(), name=f"{cfg.name}/tune/" + "_".join(f"{k}-{v}" for k, v in given.items()))
+    exp = replace(cfg.grpo, name=f"{cfg.name}/tune/" + "_".join(f"{k}-{v}" for k, v in given.items()))
     tasks = {s: load_tasks(seed_run.path / "tasks" / f"{s}.jsonl") for s in ("train", "validation")}
     run = RunDir(runs_dir() / exp.name)
     if not run.finished:
@@ -242,7 +242,7 @@ def study_config(base, seeds) -> dict:
         path = runs_dir() / seed_name(base.env, base.regime, seed) / "config.json"
         if path.exists():
             return json.loads(path.read_text())
-    return json.loads(json.dumps(vars(base)))
+    return json.loads(json.dumps(base.to_config()))
 
 
 def main(argv=None) -> int:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -77,7 +76,7 @@ def main(argv=None) -> int:
     arms = tuple(x for x in a.arms.split(",") if x in ARMS)
     seeds = []
     for seed in a.seeds:
-        cfg = replace(base, name=f"{root.relative_to(runs_dir()).as_posix()}/seed-{seed}", seed=seed)
+        cfg = base.replace(name=f"{root.relative_to(runs_dir()).as_posix()}/seed-{seed}", seed=seed)
         result = run_compare(cfg, arms=arms)
         run = runs_dir() / cfg.name
         entry = {"seed": seed, "n": result["n"], **{arm: game_entry(run, arm) for arm in arms if arm in result}}

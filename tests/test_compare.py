@@ -77,7 +77,7 @@ def test_every_arm_end_to_end_and_resume(tmp_path, monkeypatch):
         assert -1 <= d["ci_low"] <= d["mean"] <= d["ci_high"] <= 1
     # the SFT search covered every lr x steps point, each scored on validation
     search = [t for t in saved["tried"] if t["arm"] == "sft_best"]
-    assert {(t["lr"], t["steps"]) for t in search} == {(lr, s) for lr in cfg.sft_lrs for s in cfg.sft_steps}
+    assert {(t["lr"], t["steps"]) for t in search} == {(lr, s) for lr in cfg.sft.lrs for s in cfg.sft.steps}
     best = max(search, key=lambda t: t["validation"]["success"])["validation"]["success"]
     assert saved["choices"]["sft_best"]["validation"]["success"] == best
     assert saved["choices"]["grpo"]["step"] >= 1  # GRPO's own checkpoint counts, never its SFT start
@@ -200,3 +200,45 @@ def test_expert_iteration_keeps_every_distinct_verified_success_once(tiny):
     pool = [eps[0], eps[0], other, replace(eps[1], metrics={**eps[1].metrics, "success": 0.0}),
             replace(eps[1], failure="infra")]
     assert verified(pool) == [eps[0], other]
+
+
+OLDER_CONFIG = {  # a comparison's config.json as run folders hold it (written before the config was composed)
+    "demos": "", "ei_rounds": 3, "env": "doc_search", "eval_every": 4, "group_size": 4, "groups_per_step": 4,
+    "grpo_lr": 0.0002, "grpo_steps": 12, "max_context": 4096, "max_new_tokens": 160, "max_turns": 10,
+    "model": "smollm2-135m", "name": "seed-systems/doc_search/cheap-64/seed-0", "regime": "cheap:64",
+    "rollout_backend": "torch", "seed": 0, "select": "reward", "sft_all_demos": 256, "sft_batch": 2,
+    "sft_extend": 2, "sft_lrs": [0.001], "sft_steps": [16, 32], "temperature": 1.0, "test": 200, "train": 1000,
+    "validation": 64}
+
+
+def test_the_composed_config_reads_and_writes_the_flat_config_json_run_folders_hold():
+    flat = {k: tuple(v) if isinstance(v, list) else v for k, v in OLDER_CONFIG.items()}
+    cfg = CompareConfig.of(**flat)
+    assert (cfg.grpo.lr, cfg.grpo.steps, cfg.sft.steps, cfg.env) == (2e-4, 12, (16, 32), "doc_search")
+    assert cfg.grpo.name == f"{cfg.name}/grpo" and cfg.grpo.eval_tasks == cfg.validation  # the comparison's
+    assert json.loads(json.dumps(cfg.to_config())) == OLDER_CONFIG  # so that folder still resumes
+    # a GRPO setting the flat form never named is written as grpo_<field>, only when it is not Experiment's default
+    tuned = cfg.replace(grpo_loss_type="dr_grpo")
+    assert tuned.grpo.loss_type == "dr_grpo" and tuned.to_config()["grpo_loss_type"] == "dr_grpo"
+    assert CompareConfig.of(**tuned.to_config()) == tuned
+    with pytest.raises(ValueError, match="unknown field.*grpo_nonsense"):
+        cfg.replace(grpo_nonsense=1)
+
+
+def test_another_environment_takes_its_own_budget_not_the_last_ones():
+    cfg = CompareConfig.of(env="doc_search")
+    lookup = cfg.replace(env="lookup")
+    assert lookup.grpo.max_turns == load("lookup").budget.max_turns != cfg.grpo.max_turns
+    assert cfg.replace(env="lookup", max_turns=2).grpo.max_turns == 2  # unless one is given
+
+
+def test_the_quickstart_is_a_comparison_with_other_defaults_not_a_copy_of_its_fields():
+    from dataclasses import fields
+
+    from agentlab.quickstart import QuickstartConfig
+
+    assert issubclass(QuickstartConfig, CompareConfig)
+    assert [f.name for f in fields(QuickstartConfig)] == [f.name for f in fields(CompareConfig)]
+    q = QuickstartConfig()
+    assert (q.env, q.grpo.steps, q.grpo.temperature, q.sft.steps) == ("lookup", 12, 1.0, (4, 8, 16))
+    assert QuickstartConfig.of(grpo_steps=6).sft.steps == (4, 8, 16)  # flat changes keep the quickstart's defaults

@@ -4,7 +4,7 @@ import pytest
 
 from agentlab.compare import CompareConfig
 from agentlab.experiment import Experiment
-from agentlab.fields import field_type, parse_value, typed_fields
+from agentlab.fields import field_type, parse_value, typed_values
 
 
 def test_a_budget_field_whose_default_is_none_takes_ints():
@@ -25,10 +25,10 @@ def test_the_sweep_command_sweeps_a_budget_field(monkeypatch):
 
 
 def test_tuple_fields_are_comma_separated_and_scalars_are_not():
-    values = typed_fields(CompareConfig, {"sft_steps": "4, 8,16", "grpo_lr": "1e-4", "seed": None})
+    values = typed_values(CompareConfig.flat_defaults(), {"sft_steps": "4, 8,16", "grpo_lr": "1e-4", "seed": None})
     assert values == {"sft_steps": (4, 8, 16), "grpo_lr": 1e-4}
 
 
 def test_a_value_that_does_not_parse_names_its_flag():
     with pytest.raises(ValueError, match=r"^--grpo-lr 'fast': expected float values$"):
-        typed_fields(CompareConfig, {"grpo_lr": "fast"})
+        typed_values(CompareConfig.flat_defaults(), {"grpo_lr": "fast"})

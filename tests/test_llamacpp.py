@@ -76,8 +76,8 @@ def test_engine_reaches_every_loop_a_run_builds():
     assert Experiment().loop().engine == "torch"
     with pytest.raises(ValueError, match="rollout_backend"):
         Experiment(rollout_backend="llamacpp")
-    cmp = QuickstartConfig(rollout_backend="llama_cpp").compare()
-    assert cmp.experiment().loop().engine == cmp.eval_loop().engine == "llama_cpp"
+    cmp = QuickstartConfig.of(rollout_backend="llama_cpp")
+    assert cmp.grpo.loop().engine == cmp.eval_loop().engine == "llama_cpp"
     assert CompareConfig().eval_loop().engine == "torch"
 
 
