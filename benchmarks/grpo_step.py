@@ -165,6 +165,9 @@ def main() -> None:
     for kind in kinds[1:]:
         summary[f"ratio_step_time_{kind}_over_{first}"] = summary[kind]["median_step_s"] / summary[first]["median_step_s"]
         summary[f"ratio_peak_rss_{kind}_over_{first}"] = summary[kind]["peak_rss_gb"] / summary[first]["peak_rss_gb"]
+    from agentlab.machine import describe
+
+    summary["machine"] = describe()  # which CPU class and precision made these seconds
     summary["config"] = vars(a) | {"prompts_per_step": 2, "group_size": 4, "max_turns": 2, "max_new_tokens": 48}
     default = a.kinds == p.get_default("kinds")
     name = a.out_name or ("grpo_step.json" if default else "grpo_step_ablation.json")

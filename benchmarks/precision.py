@@ -56,7 +56,9 @@ def main() -> None:
     drift.sort()
     lo, hi = paired_bootstrap_ci(episodes["fp32"], episodes["bf16"])
     paired = {"mean": runs["bf16"]["success"]["mean"] - runs["fp32"]["success"]["mean"], "ci_low": lo, "ci_high": hi}
-    out = {"env": a.env, "adapter": a.adapter, "n": a.n, "cpu_has_fast_bf16": cpu_has_fast_bf16(), "runs": runs,
+    from agentlab.machine import describe
+
+    out = {"machine": describe(), "env": a.env, "adapter": a.adapter, "n": a.n, "cpu_has_fast_bf16": cpu_has_fast_bf16(), "runs": runs,
            "paired_bf16_minus_fp32": paired, "speedup": runs["fp32"]["seconds"] / runs["bf16"]["seconds"],
            "logprob_abs_diff": {"median": drift[len(drift) // 2], "p99": drift[int(0.99 * (len(drift) - 1))],
                                 "max": drift[-1], "tokens": len(drift)},

@@ -168,7 +168,9 @@ def main() -> None:
               "sft": sft_rounds(batch, args.rounds, args.sft_steps)}
     import torch
 
-    result["machine"] = {"threads": torch.get_num_threads(), "torch": torch.__version__}
+    from agentlab.machine import describe
+
+    result["machine"] = {**describe(), "threads": torch.get_num_threads()}
     print(json.dumps({k: result[k]["agentlab_over_trl"] for k in ("grpo", "sft")}))
     print("wrote", write_result(args.out_name, result))
 

@@ -4,9 +4,11 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
 
-from rl_vs_sft import calibration_table, markdown_table, merge_earlier
+from rl_vs_sft import markdown_table, merge_earlier
 
 
 def _point(run, steps):
@@ -129,26 +131,6 @@ def test_the_auto_engine_table_is_what_engine_agreement_measured():
     assert MEASURED == {k: v["seconds"] for k, v in results["machines"].items()}
 
 
-def test_the_readme_engine_agreement_table_is_the_results_file_rendered():
-    """The agreement table in docs/performance.md is `engine_agreement.py --table` over the committed JSON."""
-    import engine_agreement
-
-    results = json.loads((Path(__file__).parent.parent / "benchmarks/results/engine_agreement.json").read_text())
-    table = engine_agreement.markdown_table(results)
-    assert len(table.splitlines()) == 2 + len(results["machines"])
-    assert table in (Path(__file__).parent.parent / "docs" / "performance.md").read_text()
-
-
-def test_the_readme_study_table_is_the_results_file_rendered():
-    """The README's headline table is `rl_vs_sft.py --table` over the committed JSON: a number changed in one and
-    not the other fails here."""
-    root = Path(__file__).parent.parent
-    study = json.loads((root / "benchmarks/results/rl_vs_sft.json").read_text())
-    table, calibration = markdown_table(study), calibration_table(study)
-    assert table.count("\n") >= 4 and table in (root / "README.md").read_text()
-    assert calibration.count("\n") >= 4 and calibration in (root / "docs/rl_vs_sft.md").read_text()
-
-
 def test_calibration_rows_are_the_scripted_strategies_on_the_seeds_test_tasks():
     """The calibration rows are recomputed from the study's config and seed (the comparison's own test split):
     a changed split, strategy or environment fails here."""
@@ -187,16 +169,6 @@ def test_a_lesson_pairs_its_two_settings_over_seed_and_task():
     assert d["mean"] == 3 / 8 and 0 < d["ci_low"] <= d["mean"] <= d["ci_high"]
 
 
-def test_the_readme_seed_systems_table_is_the_results_file_rendered():
-    """The README's doc_search table is `seed_systems.py --table` over the committed JSON."""
-    from seed_systems import markdown_table as seed_table
-
-    root = Path(__file__).parent.parent
-    study = json.loads((root / "benchmarks/results/seed_systems.json").read_text())
-    table = seed_table(study)
-    assert table.count("\n") >= 3 and table in (root / "README.md").read_text()
-
-
 def test_a_regime_beside_the_study_is_kept_apart_and_rendered_with_its_name():
     """seed_systems.py: the study's own regime fills ``out[env]``; another (``--regime``) lands under ``also`` and
     neither overwrites the other; the table names each row's regime, and run folders differ by regime."""
@@ -229,6 +201,29 @@ def test_the_rl_vs_sft_map_is_built_from_the_studies_and_rendered_in_the_readme(
     assert committed == json.loads(json.dumps(build(root / "benchmarks/results")))
     assert {(s["env"], s["regime"]) for s in committed["studies"]} >= {("product_finder", "cheap:64")}
     assert map_table(committed) in (root / "README.md").read_text()
+
+
+def test_every_result_table_in_the_readme_and_docs_is_its_json_rendered(capsys):
+    """benchmarks/tables.py --check: each marked table equals its renderer's output over the committed JSON, and
+    no result table sits outside a marker (typed by hand)."""
+    import tables
+
+    assert tables.main(["--check"]) == 0, capsys.readouterr().out
+    marked = {m.group(1) for doc in tables.DOCUMENTS for m in tables.MARKER.finditer(doc.read_text())}
+    assert marked == set(tables.TABLES)  # every renderer has its place, and only those
+
+
+def test_the_table_check_catches_a_number_typed_into_a_table_and_a_table_typed_by_hand():
+    import tables
+
+    doc = "<!-- table: reliability -->\n" + tables.reliability() + "\n<!-- /table -->\n"
+    assert tables.render(doc) == doc
+    drifted = doc.replace("| none | 0 |", "| none | 1 |")
+    assert drifted != doc and tables.render(drifted) == doc  # re-rendering restores the JSON's figure
+    typed = doc + "\n| policy | success |\n|---|---|\n| sft | 0.9 |\n"
+    assert tables.unmarked(typed) == ["| policy | success |"] and tables.unmarked(doc) == []
+    with pytest.raises(KeyError, match="no such table"):
+        tables.render("<!-- table: nonsense -->\nx\n<!-- /table -->")
 
 
 def test_pass_at_k_curve_is_the_unbiased_estimator_averaged_over_tasks(tmp_path, monkeypatch):
