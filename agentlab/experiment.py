@@ -29,6 +29,7 @@ SCALE_REWARDS = ("group", "batch", "none")
 # What a loss type needs besides its name (TRL's own rule, stated in GRPOConfig's docs): luspo is defined on
 # sequence-level importance ratios. Set here so that `--loss-type luspo` trains as the method is defined.
 LOSS_RULES = {"luspo": {"importance_sampling_level": "sequence"}}
+ASYNC_DELTA = 4.0  # the importance-ratio cap of an asynchronous run (grpo_kwargs)
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -62,6 +63,8 @@ class Experiment:
     scale_rewards: str = "group"  # divide advantages by the group's std ("group"), the batch's, or not ("none")
     max_nonfinite: int = 3        # updates with non-finite gradients are skipped; this many in a row stop the run
     rollout_backend: str = "torch"  # CPU decoding of rollouts and checkpoint evals: "torch", "llama_cpp", "auto"
+    max_staleness: int = 0        # 0: generate, then train (synchronous); K: a worker generates ahead, groups at
+                                  # most K policy versions old (agentlab.async_rollouts); GPUs: TRL's async trainer
 
     def __post_init__(self):
         from agentlab.envs import load
@@ -78,6 +81,11 @@ class Experiment:
         for name in ("groups_per_step", "max_turns", "max_new_tokens", "max_context", "steps", "eval_every", "lora_r", "max_nonfinite"):
             if getattr(self, name) < 1:
                 errors.append(f"{name}={getattr(self, name)} must be >= 1")
+        if self.max_staleness < 0:
+            errors.append(f"max_staleness={self.max_staleness} must be >= 0 (0: synchronous)")
+        elif self.max_staleness and self.hint_p:
+            errors.append(f"max_staleness={self.max_staleness} with hint_p={self.hint_p}: the generation worker does "
+                          f"not apply training-time hints; use one or the other")
         if self.micro_batch < 0:
             errors.append(f"micro_batch={self.micro_batch} must be >= 0 (0: the whole step in one pass)")
         if not (0 <= self.hint_p <= 1 and 0 <= self.hint_switch <= 1):
@@ -158,6 +166,15 @@ def _threads() -> None:
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local))
 
 
+def tracking_env(report_to: tuple[str, ...]) -> None:
+    """Local files are always written; W&B and Trackio are opt-in. Without a W&B key, W&B runs offline (its
+    files land in ./wandb and can be synced later), so an opt-in never needs the network."""
+    import os
+
+    if "wandb" in report_to and not os.environ.get("WANDB_API_KEY"):
+        os.environ.setdefault("WANDB_MODE", "offline")
+
+
 def world_size() -> int:
     """Processes training together (``torchrun`` and ``accelerate launch`` set ``WORLD_SIZE``); 1 when run plainly.
     Read from the environment so that nothing initialises accelerate's process state before TRL does."""
@@ -224,6 +241,11 @@ def grpo_kwargs(exp: Experiment, output_dir: Path, **overrides) -> dict:
         log_completions=False, save_only_model=False,
     )
     kwargs.update(LOSS_RULES.get(exp.loss_type, {}))
+    if exp.max_staleness:
+        # Off-policy groups (agentlab.async_rollouts): TRL's clipped ratio is taken against the behaviour policy's
+        # log-probs (trl_compat's off_policy coupling), and TRL's two-sided clip caps it for negative advantages too
+        # (delta, from INTELLECT-2's asynchronous RL, which used 4): a stale token's weight stays bounded.
+        kwargs["delta"] = ASYNC_DELTA
     kwargs.update(overrides)
     return kwargs
 

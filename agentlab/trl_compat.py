@@ -39,6 +39,9 @@ coupling                        internals it relies on                          
                                 signature; ``sdpa_mask``; ``config._attn_impl…``  in a padded prefill)
 ``drop_instance_forwards``      forwards patched onto module instances (TRL's     none: checked by a test
                                 fused LM head, accelerate's autocast wrapper)     (``tests/test_precision.py``)
+``off_policy`` (async runs)     ``GRPOTrainer._generate_and_score_completions``   refused: an async run needs it
+                                output keys ``sampling_per_token_logps``,         (``max_staleness=0`` trains)
+                                ``old_per_token_logps``; ``compute_loss`` inputs
 ``trainer_metrics``             ``GRPOTrainer._metrics["train"]``                 none (benchmarks only)
 ``generate_and_score``          ``GRPOTrainer._generate_and_score_completions``   none (benchmarks only)
 ``per_token_logps_and_…``       ``GRPOTrainer._get_per_token_logps_and_entropies`` none (benchmarks only)
@@ -469,6 +472,7 @@ def agent_trainer_class():
         # Thin timing hooks: generation happens inside _prepare_inputs, the policy forward in compute_loss,
         # the rest of training_step is backward + optimiser.
         shared_prefix = True  # set False to get TRL's own forward (benchmarks, tests); COMPATIBLE gates it too
+        off_policy = False    # an asynchronous run's groups: the clipped ratio is taken against the behaviour policy
 
         def __init__(self, *a, **k):
             self.timing: dict[str, float] = {}
@@ -500,16 +504,43 @@ def agent_trainer_class():
                 with self.accelerator.autocast():
                     shared = shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy)
                 if shared is not None:
+                    self._behaviour_gap(shared[0])
                     return shared[0], shared[1], None
-            return super()._get_per_token_logps_and_entropies(
+            out = super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
                 **multimodal)
+            self._behaviour_gap(out[0])
+            return out
 
-        def compute_loss(self, *a, **k):
+        def _generate_and_score_completions(self, *a, **k):
+            out = super()._generate_and_score_completions(*a, **k)
+            if self.off_policy:
+                behaviour = out.get("sampling_per_token_logps")
+                if behaviour is None or not COMPATIBLE:
+                    raise RuntimeError("an asynchronous run needs its worker's behaviour log-probs in TRL's batch "
+                                       "(sampling_per_token_logps, TRL 1.16); this TRL version is not checked: "
+                                       "train with max_staleness=0")
+                # TRL's "old" log-probs are what its clipped ratio divides by: on-policy TRL leaves them None (the
+                # ratio is 1); an off-policy group's are the policy that drew it, so the ratio corrects the update
+                # for the staleness and TRL's clip (and delta, experiment.grpo_kwargs) caps it.
+                out["old_per_token_logps"] = behaviour
+            return out
+
+        def compute_loss(self, model, inputs, *a, **k):
             t0 = time.perf_counter()
-            out = super().compute_loss(*a, **k)
+            self._behaviour = (inputs.get("old_per_token_logps"), inputs["completion_mask"]
+                               * inputs.get("tool_mask", 1)) if self.off_policy else None
+            out = super().compute_loss(model, inputs, *a, **k)
+            self._behaviour = None
             self.timing["forward_s"] = self.timing.get("forward_s", 0) + time.perf_counter() - t0
             return out
+
+        def _behaviour_gap(self, logps) -> None:
+            """Mean |trained - behaviour| log-prob over the trained tokens of an off-policy batch (a diagnostic)."""
+            behaviour, mask = getattr(self, "_behaviour", None) or (None, None)
+            if behaviour is not None and logps.requires_grad:
+                gap = ((logps.detach() - behaviour).abs() * mask).sum() / mask.sum().clamp(min=1)
+                self.timing["behaviour_gap"] = float(gap)
 
     _TRAINER_CLASS = AgentGRPOTrainer
     return AgentGRPOTrainer

@@ -280,7 +280,8 @@ def test_quickstart_smoke_end_to_end(tmp_path):
 
 
 def test_tracking_is_opt_in_and_wandb_defaults_to_offline(tmp_path, monkeypatch):
-    from agentlab.train import _tracking_env, grpo_kwargs
+    from agentlab.experiment import tracking_env as _tracking_env
+    from agentlab.train import grpo_kwargs
 
     assert grpo_kwargs(Experiment(), tmp_path)["report_to"] == []
     assert grpo_kwargs(Experiment(report_to=("wandb", "trackio")), tmp_path)["report_to"] == ["wandb", "trackio"]

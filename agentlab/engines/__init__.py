@@ -18,9 +18,10 @@ from agentlab.engines.base import BACKENDS, KINDS, GenerateFn, Sampled, common_p
 __all__ = ["BACKENDS", "KINDS", "GenerateFn", "Sampled", "common_prefix", "make"]
 
 
-def make(kind: str, model, tokenizer, config, greedy: bool, seed: int) -> GenerateFn:
+def make(kind: str, model, tokenizer, config, greedy: bool, seed: int, logprobs: bool = False) -> GenerateFn:
     """The ``kind`` engine (``KINDS``, or ``"auto"``: :func:`agentlab.engines.choice.choose`) decoding ``model``'s
-    current weights under ``config`` (a ``LoopConfig`` with its budget resolved: ``LoopConfig.of(spec)``)."""
+    current weights under ``config`` (a ``LoopConfig`` with its budget resolved: ``LoopConfig.of(spec)``).
+    ``logprobs``: sampled rows carry the behaviour log-probability of each token (``Sampled``)."""
     unset = [name for name in ("max_new_tokens", "max_context") if getattr(config, name) is None]
     if unset:
         raise ValueError(f"the loop's {' and '.join(unset)} are unset: an engine decodes within a budget; pass "
@@ -32,9 +33,9 @@ def make(kind: str, model, tokenizer, config, greedy: bool, seed: int) -> Genera
     if kind == "torch":
         from agentlab.engines.torch import hf_generate_fn
 
-        return hf_generate_fn(model, tokenizer, config, greedy, seed)
+        return hf_generate_fn(model, tokenizer, config, greedy, seed, logprobs=logprobs)
     if kind == "llama_cpp":
         from agentlab.engines.llamacpp import generate_fn
 
-        return generate_fn(model, tokenizer, config, greedy, seed)
+        return generate_fn(model, tokenizer, config, greedy, seed, logprobs=logprobs)
     raise ValueError(f"unknown engine {kind!r}; expected one of {KINDS}")

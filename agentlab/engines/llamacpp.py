@@ -304,18 +304,25 @@ def engine_for(model, config, source_gguf: str | Path | None = None) -> Engine:
 
 
 def generate_fn(model, tokenizer, config, greedy: bool, seed: int, source_gguf: str | Path | None = None,
-                keep_streams: bool = True):
+                keep_streams: bool = True, logprobs: bool = False):
     """A ``GenerateFn`` for ``run_episodes`` that decodes ``model``'s current weights with llama.cpp.
-    ``keep_streams=False``: every call starts each row from the shared prefix (``Engine._place``'s reuse off)."""
+    ``keep_streams=False``: every call starts each row from the shared prefix (``Engine._place``'s reuse off).
+    ``logprobs=True`` (sampling only): rows come back as ``Sampled``, with each token's behaviour log-probability."""
+    from agentlab.engines.base import Sampled
+
     engine = engine_for(model, config, source_gguf)
     engine.keep_streams = keep_streams
     calls = [0]
+    scored = logprobs and not greedy and config.temperature > 0
 
     def generate(seqs: list[list[int]]) -> list[list[int]]:
         rng = np.random.default_rng([seed, calls[0]])  # reproducible from the seed, different per call
         calls[0] += 1
         pick = sampler(greedy, config.temperature, config.top_p, rng)
-        return engine.generate(seqs, config.max_new_tokens, tokenizer.eos_token_id, pick)
+        drawn: list[list[float]] | None = [] if scored else None
+        rows = engine.generate(seqs, config.max_new_tokens, tokenizer.eos_token_id, pick, logprobs=drawn,
+                               temperature=config.temperature)
+        return [Sampled(r, lp) for r, lp in zip(rows, drawn, strict=True)] if scored else rows
 
     return generate
 

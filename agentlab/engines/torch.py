@@ -6,12 +6,13 @@
 
 from __future__ import annotations
 
-from agentlab.engines.base import GenerateFn, common_prefix
+from agentlab.engines.base import GenerateFn, Sampled, common_prefix
 from agentlab.trl_compat import cache_of, decode_cache, gqa_prefill, row_cache
 
 
 def hf_generate_fn(model, tokenizer, config, greedy: bool, seed: int,
-                   prefix_cache: bool = True, levers: bool = True, reuse_rows: bool = True) -> GenerateFn:
+                   prefix_cache: bool = True, levers: bool = True, reuse_rows: bool = True,
+                   logprobs: bool = False) -> GenerateFn:
     """Batched ``model.generate``; each sequence is cut after its first EOS.
 
     Prefix caching (why): every episode starts with the same system prompt and tool schemas (~370 of the ~400 prompt
@@ -32,6 +33,10 @@ def hf_generate_fn(model, tokenizer, config, greedy: bool, seed: int,
     (``benchmarks/eval_throughput.py --env doc_search``, 32 episodes, alternating): 183.5 → 126.5 s, 31 of 32
     episodes identical.
     ``generate.stats`` counts rows and tokens reused; ``reuse_rows=False`` prefills every row whole each call.
+
+    ``logprobs=True`` (sampling only): each row comes back as :class:`~agentlab.engines.base.Sampled`, with the
+    log-probability each token was drawn with at ``config.temperature`` (the behaviour policy's, which an
+    asynchronous trainer corrects its update with: ``agentlab.async_rollouts``).
 
     Precision: ``config.precision`` "auto" decodes with a bf16 copy of the weights (LoRA merged in) on CPUs with
     bf16 hardware (``agentlab.engines.weights.for_generation``), fp32 ``model`` itself elsewhere.
@@ -106,14 +111,23 @@ def hf_generate_fn(model, tokenizer, config, greedy: bool, seed: int,
         calls[0] += 1
         sampling = {"do_sample": False} if greedy or config.temperature == 0 else {
             "do_sample": True, "temperature": config.temperature, "top_p": config.top_p, "top_k": 0}
+        scored = logprobs and sampling["do_sample"]
+        if scored:  # the processed scores are the logits at the sampling temperature (top_p 1, top_k 0: no cut)
+            kwargs.update(output_scores=True, return_dict_in_generate=True)
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=config.max_new_tokens,
                                  pad_token_id=pad, eos_token_id=tokenizer.eos_token_id, **sampling, **kwargs)
+        drawn = None
+        if scored:
+            new = out.sequences[:, ids.shape[1]:]
+            drawn = torch.stack([torch.log_softmax(s.float(), -1).gather(1, new[:, k:k + 1]).squeeze(1)
+                                 for k, s in enumerate(out.scores)], 1).tolist()
+            out = out.sequences
         result = []
-        for row in out[:, ids.shape[1]:].tolist():
+        for i, row in enumerate(out[:, ids.shape[1]:].tolist()):
             if tokenizer.eos_token_id in row:
                 row = row[: row.index(tokenizer.eos_token_id) + 1]
-            result.append(row)
+            result.append(Sampled(row, drawn[i][: len(row)]) if drawn is not None else row)
         if keep_rows and past is not None and hasattr(past.layers[0], "k_buf"):
             kept[:] = [_row_of(past, i, s, n, width_cached, len(r), width_cached + width, row)
                        for i, (s, n, r, row) in enumerate(zip(seqs, own, rests, result, strict=True))]
