@@ -67,7 +67,8 @@ HOMES = {
     "synth": "agentlab.pipeline",
     # agentlab.plots
     "RUN_METRICS": "agentlab.plots",
-    "plot_objective": "agentlab.plots",
+    "plot_objective": "agentlab.plots_grpo",
+    "plot_async": "agentlab.plots_grpo",
     "plot_report": "agentlab.plots",
     "plot_rewards": "agentlab.plots",
     "plot_runs": "agentlab.plots",

@@ -301,50 +301,6 @@ def plot_comparison(result: dict, grpo_evals: list[dict], path: str | Path | Non
     return fig
 
 
-def plot_objective(run: dict, episodes: list, fig=None):
-    """What GRPO's objective did in one run (``agentlab.sweeps.load_run``), on TRL's own diagnostics and the
-    run's training rollouts: gradient norm, KL, clipped-token share, entropy and completion length per step; the
-    advantages the rollouts received (as the run's ``scale_rewards`` made them), tool calls per episode, and
-    what dividing by the group's std does to groups whose rewards differ by little or by much."""
-    from agentlab.reward_design import episode_advantages
-
-    plt = _plt()
-    fig = fig or plt.figure(figsize=(13, 6.2))
-    axes = fig.subplots(2, 4).ravel()
-    for ax, metric in zip(axes, ("grad_norm", "kl", "clip_ratio", "entropy", "completion_length"), strict=False):
-        points = [(m["step"], m[metric]) for m in run["metrics"] if m.get(metric) is not None]
-        if points:
-            ax.plot(*zip(*points, strict=True), ".-")
-        else:
-            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="grey")
-        ax.set(xlabel="GRPO step", title=RUN_METRICS[metric].split(" (")[0], ylabel=RUN_METRICS[metric])
-        ax.yaxis.label.set_size(7)
-    scaling = run["config"].get("scale_rewards", "group")
-    scaled = episode_advantages(episodes, scale=True)
-    centred = episode_advantages(episodes, scale=False)
-    trained = scaled if scaling == "group" else centred  # ("batch" divides every group by one std: same shape)
-    kept = [i for i, e in enumerate(episodes) if e.failure != "infra"]
-    axes[5].hist([trained[i] for i in kept], bins=25, color="C2")
-    axes[5].set(xlabel="advantage", ylabel="rollouts", title=f"advantages (scale_rewards={scaling!r})")
-    calls = [sum(len(t.tool_calls) for t in e.turns) for e in episodes]
-    axes[6].hist(calls, bins=range(max(calls, default=0) + 2), color="C4", align="left")
-    axes[6].set(xlabel="tool calls in the episode", ylabel="rollouts", title="tool calls per episode")
-    # Per group with any spread: its mean |advantage| with and without the division by the group's std.
-    groups: dict = {}
-    for i in kept:
-        groups.setdefault((episodes[i].step, episodes[i].group), []).append(i)
-    rows = [(max(episodes[i].reward for i in g) - min(episodes[i].reward for i in g),
-             sum(abs(scaled[i]) for i in g) / len(g), sum(abs(centred[i]) for i in g) / len(g))
-            for g in groups.values() if len({episodes[i].reward for i in g}) > 1]
-    spread, by_std, plain = zip(*rows, strict=True) if rows else ((), (), ())
-    axes[7].scatter(spread, by_std, s=14, color="C3", label="÷ group std")
-    axes[7].scatter(spread, plain, s=14, marker="x", color="C7", label="not divided")
-    axes[7].set(xlabel="reward spread (max − min)", ylabel="mean |advantage|", title="group scaling")
-    axes[7].legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
 def metric_groups(ax, policies: dict[str, dict], metrics: tuple[str, ...], title: str = "") -> None:
     """Grouped bars: one group per metric, one bar per policy, each with its 95% CI whisker.
 

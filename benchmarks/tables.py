@@ -214,8 +214,34 @@ def reliability() -> str:
     return "\n".join(rows)
 
 
+def async_grpo() -> str:
+    """docs/performance.md's asynchronous GRPO table: per ``max_staleness`` K, from ``async_grpo.json``."""
+    a = _read("async_grpo.json")
+    rows = [(f"*{_machine(a['machine'])}; `{a['env']}`, {a['config']['steps']} steps × {a['config']['groups_per_step']}"
+            f" × {a['config']['group_size']} rollouts from one SFT start, seeds {', '.join(map(str, a['seeds']))}:*"), "",
+            ("| K | seconds per step | the trainer's wait for rollouts, s | its training, s | worker's generation, s | "
+            "staleness: steps at 0 / 1 / 2 | log-prob gap, trained − behaviour | last checkpoint's validation success |"),
+            "|---|---|---|---|---|---|---|---|"]
+    for k, e in sorted(a["per_k"].items(), key=lambda kv: int(kv[0])):
+        seeds = list(e["per_seed"].values())
+
+        def med(key, seeds=seeds):
+            xs = sorted(v[key] for v in seeds if v.get(key) is not None)
+            return f"{xs[len(xs) // 2]:.1f}" if xs else "—"
+        stale = {s: sum(v["staleness"].get(str(s), 0) for v in seeds) for s in range(3)}
+        gaps = [v["behaviour_logprob_gap"] for v in seeds if v["behaviour_logprob_gap"] is not None]
+        last = [v["validation"][-1] for v in seeds if v["validation"]]
+        rows.append(f"| {k}{' (sync)' if k == '0' else ''} | {e['seconds_per_step']:.1f} | {med('generate_s')} | "
+                    f"{med('train_s')} | {med('worker_generate_s')} | "
+                    f"{' / '.join(str(stale[s]) for s in range(3)) if int(k) else '—'} | "
+                    f"{f'{sum(gaps) / len(gaps):.3f}' if gaps else '—'} | "
+                    + "; ".join(f"{x['success']:.2f} [{x['ci_low']:.2f}, {x['ci_high']:.2f}] (step {x['step']})"
+                                for x in last) + " |")
+    return "\n".join(rows)
+
+
 TABLES = {f.__name__: f for f in (quickstart, rl_vs_sft, rl_vs_sft_calibration, rl_vs_sft_seed0, rl_vs_sft_map,
-                                  seed_systems, engine_agreement, performance, reliability)}
+                                  seed_systems, engine_agreement, performance, reliability, async_grpo)}
 
 
 def render(text: str) -> str:

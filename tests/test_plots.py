@@ -15,7 +15,7 @@ def test_the_objective_figure_shows_that_group_scaling_enlarges_a_small_bonus():
     import matplotlib
 
     matplotlib.use("Agg")
-    from agentlab.plots import plot_objective
+    from agentlab.plots_grpo import plot_objective
     from agentlab.reward_design import scripted_episode
 
     tasks = SPEC.make_tasks("train", 2, seed=0)
@@ -30,3 +30,19 @@ def test_the_objective_figure_shows_that_group_scaling_enlarges_a_small_bonus():
     assert plain == pytest.approx([0.1, 0.05, 1.0, 0.5])
     assert fig.axes[1].texts[0].get_text() == "not logged"  # no KL without a reference model (β = 0)
     assert fig.axes[6].patches  # tool calls per episode drawn
+
+
+def test_the_async_figure_shows_each_k_its_step_time_split_staleness_and_validation():
+    from agentlab.plots_grpo import plot_async
+
+    def seed(step_s, wait, staleness):
+        return {"seconds_per_step": step_s, "generate_s": wait, "train_s": step_s - wait, "staleness": staleness,
+                "validation": [{"step": 0, "success": 0.2}, {"step": 4, "success": 0.4}]}
+
+    results = {"per_k": {"0": {"per_seed": {"0": seed(10.0, 6.0, {})}},
+                         "1": {"per_seed": {"0": seed(8.0, 1.0, {"0": 1, "1": 3})}}}}
+    fig = plot_async(results)
+    times, stale, val = fig.axes
+    assert [round(b.get_height(), 1) for b in times.patches] == [6.0, 4.0, 1.0, 7.0]  # wait, then training, per K
+    assert sorted(b.get_height() for b in stale.patches) == [1, 3]  # only K = 1 has stale steps
+    assert [list(line.get_ydata()) for line in val.lines] == [[0.2, 0.4], [0.2, 0.4]]
