@@ -221,6 +221,9 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
 
     if init_adapter is not None and not (Path(init_adapter) / "adapter_config.json").exists():
         raise FileNotFoundError(f"init adapter {init_adapter} has no adapter_config.json")
+    if exp.max_staleness and (trainer_overrides or {}).get("use_vllm"):
+        raise NotImplementedError("max_staleness with vLLM: on GPUs asynchronous GRPO is TRL's own async trainer "
+                                  "(agentlab.gpu.async_grpo_kwargs), not yet wired into run_grpo")
     spec = load(exp.env)
     groups_per_process(exp)  # a step that does not split over the processes is refused before any work
     tracking_env(exp.report_to)
@@ -331,9 +334,6 @@ def build_trainer(exp: Experiment, spec, model, tok, train_tasks: list[Task], ev
 
     take = None
     if exp.max_staleness:
-        if (trainer_overrides or {}).get("use_vllm"):
-            raise NotImplementedError("max_staleness with vLLM: on GPUs asynchronous GRPO is TRL's own async trainer "
-                                      "(agentlab.gpu.async_grpo_kwargs), not yet wired into run_grpo")
         from agentlab.async_rollouts import trainer_side
 
         weights, take = trainer_side(exp, run, train_tasks)

@@ -28,6 +28,15 @@ def test_the_setting_is_checked_and_reaches_trls_two_sided_clip(tmp_path):
     assert "delta" not in grpo_kwargs(Experiment(), tmp_path)  # synchronous: TRL's defaults, as before
 
 
+def test_on_gpus_the_setting_is_refused_before_any_work_not_run_as_a_second_trainer(tmp_path):
+    from agentlab.train import run_grpo
+
+    with pytest.raises(NotImplementedError, match="TRL's own async trainer"):
+        run_grpo(Experiment(model="tiny-random", max_staleness=1), [], [], run=RunDir(tmp_path / "r"),
+                 trainer_overrides={"use_vllm": True})
+    assert not (tmp_path / "r").exists()
+
+
 def test_step_tasks_cover_every_task_once_a_pass_in_a_seeded_order():
     tasks = list(range(6))
     one_pass = [t for s in (1, 2, 3) for t in step_tasks(tasks, 2, 0, s)]
