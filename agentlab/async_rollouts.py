@@ -34,16 +34,18 @@ from pathlib import Path
 POLL_S = 0.05
 
 
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
+
+
 def worker_threads() -> int:
     """The worker's share of this machine's cores (``AGENTLAB_WORKER_THREADS``, default half); the trainer keeps
     the rest, so that the two processes overlap instead of fighting over the same cores."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
-    return max(1, int(os.environ.get("AGENTLAB_WORKER_THREADS", cores // 2)))
+    return max(1, int(os.environ.get("AGENTLAB_WORKER_THREADS", _cores() // 2)))
 
 
 def trainer_threads() -> int:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
-    return max(1, cores - worker_threads())
+    return max(1, _cores() - worker_threads())
 
 
 def step_tasks(tasks: list, groups_per_step: int, seed: int, step: int) -> list:
