@@ -54,7 +54,9 @@ def sample(cmp, adapter: Path, tasks: list[Task], budget_s: float, file: Path, k
                              generate_fn=cmp.engine(model, tok, loop, False, seed) if cmp.engine else None)
                 done_ids.update(t.id for t in batch)
                 spent += time.time() - t0
-                cmp.seconds[key] = round(spent, 1)
+                # Unrounded: a resumed run compares it with the budget again, and a value rounded below the budget
+                # would sample another batch the first run never drew (its result would then differ).
+                cmp.seconds[key] = spent
                 cmp.run.write_json("seconds.json", cmp.seconds)
         episodes = read_rollouts(file)[0]
     return episodes, todo
