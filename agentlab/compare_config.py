@@ -176,9 +176,6 @@ class CompareConfig:
         """
         return f"own:{Path(self.demos).name}" if self.demos else self.regime
 
-    def experiment(self) -> Experiment:
-        return self.grpo
-
     def eval_loop(self) -> LoopConfig:
         """Greedy evaluation in the GRPO arm's budget and engine (every arm is scored with it)."""
         return dataclasses.replace(self.grpo.loop(), temperature=0.0, batch_size=EVAL_BATCH)

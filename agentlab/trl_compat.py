@@ -477,6 +477,7 @@ def agent_trainer_class():
         def __init__(self, *a, **k):
             self.timing: dict[str, float] = {}
             self._timed_step = -1
+            self._behaviour = None  # (behaviour log-probs, trained-token mask) while an off-policy loss is computed
             super().__init__(*a, **k)
 
         def training_step(self, *a, **k):
@@ -537,8 +538,8 @@ def agent_trainer_class():
 
         def _behaviour_gap(self, logps) -> None:
             """Mean |trained - behaviour| log-prob over the trained tokens of an off-policy batch (a diagnostic)."""
-            behaviour, mask = getattr(self, "_behaviour", None) or (None, None)
-            if behaviour is not None and logps.requires_grad:
+            if self._behaviour is not None and logps.requires_grad:
+                behaviour, mask = self._behaviour
                 gap = ((logps.detach() - behaviour).abs() * mask).sum() / mask.sum().clamp(min=1)
                 self.timing["behaviour_gap"] = float(gap)
 

@@ -55,7 +55,7 @@ def experiment(start: Path, setting: str, seed: int):
 
     cfg = json.loads((start / "config.json").read_text())
     study = CompareConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items()})
-    exp = replace(study.experiment(), name=f"seed-lessons/{study.env}/{study.regime.replace(':', '-')}/{setting}/"
+    exp = replace(study.grpo, name=f"seed-lessons/{study.env}/{study.regime.replace(':', '-')}/{setting}/"
                   f"seed-{seed}", seed=seed,
                   steps=STEPS, eval_every=EVAL_EVERY)
     diff = dict(SETTINGS[setting])

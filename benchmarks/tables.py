@@ -15,6 +15,7 @@ A number that changes in a JSON without the documents being re-rendered (or one 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import re
 import sys
@@ -77,18 +78,6 @@ def quickstart() -> str:
     return "\n".join(rows)
 
 
-def rl_vs_sft() -> str:
-    from rl_vs_sft import markdown_table
-
-    return markdown_table(_read("rl_vs_sft.json"))
-
-
-def rl_vs_sft_calibration() -> str:
-    from rl_vs_sft import calibration_table
-
-    return calibration_table(_read("rl_vs_sft.json"))
-
-
 def rl_vs_sft_seed0() -> str:
     """docs/rl_vs_sft.md's seed-0 table: what each arm chose on validation, from the study's ``tried`` points."""
     study = _read("rl_vs_sft.json")
@@ -123,24 +112,6 @@ def rl_vs_sft_seed0() -> str:
         diff = seed.get(f"grpo_minus_{arm}")
         rows.append(f"| `{arm}` | {text} | {_ci(seed[arm])} | {_diff(diff) if diff else ''} |")
     return "\n".join(rows)
-
-
-def rl_vs_sft_map() -> str:
-    from rl_vs_sft_map import markdown_table
-
-    return markdown_table(_read("rl_vs_sft_map.json"))
-
-
-def seed_systems() -> str:
-    from seed_systems import markdown_table
-
-    return markdown_table(_read("seed_systems.json"))
-
-
-def engine_agreement() -> str:
-    from engine_agreement import markdown_table
-
-    return markdown_table(_read("engine_agreement.json"))
 
 
 def performance() -> str:
@@ -240,8 +211,22 @@ def async_grpo() -> str:
     return "\n".join(rows)
 
 
-TABLES = {f.__name__: f for f in (quickstart, rl_vs_sft, rl_vs_sft_calibration, rl_vs_sft_seed0, rl_vs_sft_map,
-                                  seed_systems, engine_agreement, performance, reliability, async_grpo)}
+# Tables a study script renders itself (its ``--table``): name -> (script, its function, the results file it reads).
+BY_SCRIPT = {"rl_vs_sft": ("rl_vs_sft", "markdown_table", "rl_vs_sft.json"),
+             "rl_vs_sft_calibration": ("rl_vs_sft", "calibration_table", "rl_vs_sft.json"),
+             "rl_vs_sft_map": ("rl_vs_sft_map", "markdown_table", "rl_vs_sft_map.json"),
+             "seed_systems": ("seed_systems", "markdown_table", "seed_systems.json"),
+             "engine_agreement": ("engine_agreement", "markdown_table", "engine_agreement.json")}
+
+
+def _by_script(script: str, function: str, results: str):
+    def render() -> str:
+        return getattr(importlib.import_module(script), function)(_read(results))
+    return render
+
+
+TABLES = {**{name: _by_script(*where) for name, where in BY_SCRIPT.items()},
+          **{f.__name__: f for f in (quickstart, rl_vs_sft_seed0, performance, reliability, async_grpo)}}
 
 
 def render(text: str) -> str:

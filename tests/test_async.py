@@ -35,6 +35,9 @@ def test_on_gpus_the_setting_is_refused_before_any_work_not_run_as_a_second_trai
         run_grpo(Experiment(model="tiny-random", max_staleness=1), [], [], run=RunDir(tmp_path / "r"),
                  trainer_overrides={"use_vllm": True})
     assert not (tmp_path / "r").exists()
+    with pytest.raises(ValueError, match="no injected engine"):  # the worker cannot take a callable
+        run_grpo(Experiment(model="tiny-random", max_staleness=1), [], [], run=RunDir(tmp_path / "r"),
+                 engine=lambda *a: None)
 
 
 def test_step_tasks_cover_every_task_once_a_pass_in_a_seeded_order():
