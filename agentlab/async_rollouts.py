@@ -1,7 +1,7 @@
 """Asynchronous GRPO on a CPU: a generation worker samples the next steps' groups while the trainer updates on the
 last ones, each group at most ``Experiment.max_staleness`` policy versions old.
 
-Why by hand: TRL's own asynchronous trainer (``AsyncGRPOConfig`` with a vLLM server; ``agentlab.gpu.async_grpo_kwargs``
+Why by hand: TRL's own asynchronous trainer (``AsyncGRPOConfig`` with a vLLM server; ``agentlab.gpu_async``
 maps ``max_staleness`` onto it on GPUs) needs vLLM, and vLLM needs a GPU. On a CPU this small worker is the same
 idea with our agent loop: one process generates, the other trains, and weights flow back after every update.
 

@@ -1,5 +1,5 @@
 """The GPU path: the Qwen3-4B-Instruct-2507 recipe (the Silico product-finder run's), vLLM generation (colocate or server), Unsloth
-LoRA, multi-GPU launch configs (accelerate / DeepSpeed) and TRL's asynchronous GRPO — real engines, not ours.
+LoRA, multi-GPU launch configs (accelerate / DeepSpeed); TRL's asynchronous GRPO is :mod:`agentlab.gpu_async`.
 
 Single GPU, vLLM colocated with training::
 
@@ -64,16 +64,3 @@ def accelerate_config(name: str = "zero2") -> Path:
     if name not in ACCELERATE_CONFIGS:
         raise ValueError(f"unknown accelerate config {name!r}; available: {sorted(ACCELERATE_CONFIGS)}")
     return ACCELERATE_CONFIGS[name]
-
-
-def async_grpo_kwargs(recipe: str, output_dir: str, max_staleness: int = 2, **overrides) -> dict:
-    """Arguments of TRL's asynchronous GRPO (``trl.experimental.async_grpo.AsyncGRPOConfig``): rollouts on a
-    vLLM server overlap training; samples older than ``max_staleness`` policy versions are dropped.
-    Experimental in TRL 1.16; returns a dict so CPU tests can check it without CUDA."""
-    g = load_recipe(recipe)["grpo"]
-    kwargs = dict(output_dir=output_dir, learning_rate=g["learning_rate"], num_generations=g["num_generations"],
-                  max_completion_length=g["max_completion_length"], temperature=g["temperature"],
-                  max_tool_calling_iterations=g["max_tool_calling_iterations"], max_staleness=max_staleness,
-                  per_device_train_batch_size=g["per_device_train_batch_size"], bf16=g["bf16"])
-    kwargs.update(overrides)
-    return kwargs

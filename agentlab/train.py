@@ -222,9 +222,9 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
 
     if init_adapter is not None and not (Path(init_adapter) / "adapter_config.json").exists():
         raise FileNotFoundError(f"init adapter {init_adapter} has no adapter_config.json")
-    if exp.max_staleness and (trainer_overrides or {}).get("use_vllm"):
-        raise NotImplementedError("max_staleness with vLLM: on GPUs asynchronous GRPO is TRL's own async trainer "
-                                  "(agentlab.gpu.async_grpo_kwargs), not yet wired into run_grpo")
+    if exp.max_staleness and (trainer_overrides or {}).get("use_vllm"):  # GPUs: TRL's own async trainer
+        from agentlab.gpu_async import run_async_grpo
+        return run_async_grpo(exp, train_tasks, run or RunDir(exp.name), trainer_overrides, init_adapter, overwrite)
     if exp.max_staleness and (engine is not None or world_size() > 1):  # its worker decodes with rollout_backend
         raise ValueError("max_staleness: one process only, no injected engine (it would go unused by the worker)")
     spec = load(exp.env)

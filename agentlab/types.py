@@ -161,13 +161,12 @@ class InfraError(RuntimeError):
 
 
 class ToolEnv:
-    """Base class of every environment. Subclasses add typed, docstringed tool methods.
-
-    Contract, shared with TRL's ``environment_factory``:
+    """Base class of every environment. Subclasses add typed, docstringed tool methods. Contract, shared with
+    TRL's ``environment_factory``:
 
     * ``reset(**row)`` receives a dataset row (its ``task`` column: ``Task.to_json()``); returns ``None``.
     * tool methods return short strings; bad arguments give an ``"Error: …"`` string, never an exception.
-    * ``get_reward()`` scores the finished episode with the environment's default reward (used by TRL).
+    * ``get_reward()`` scores the finished episode: the instance's ``_reward`` if one was set, else the default.
     * ``done`` turns true when the final-answer tool has been called; later tool calls are refused.
     """
 
@@ -189,13 +188,13 @@ class ToolEnv:
         return None
 
     def get_reward(self) -> float:
-        """The default reward of the episode so far (TRL's ``environment_factory`` reads it), from the class's
-        :class:`EnvSpec` (set when the spec is built: no registry lookup)."""
+        """The episode's reward so far, for TRL's ``environment_factory`` loops: ``self._reward``'s if the instance's
+        maker set one (``agentlab.gpu_async``), else its :class:`EnvSpec`'s default (set with the spec, no lookup)."""
         spec = getattr(type(self), "_spec", None)
         if spec is None:
             raise RuntimeError(f"{type(self).__name__} has no EnvSpec, so no default reward: build one with "
                                f"agentlab.types.EnvSpec(env_class={type(self).__name__}, ...)")
-        return spec.score(self._task, self._outcome)
+        return spec.score(self._task, self._outcome, getattr(self, "_reward", None))
 
     @property
     def done(self) -> bool:
@@ -325,9 +324,10 @@ class EnvSpec:
     def make_env(self) -> ToolEnv:
         return self.env_class()
 
-    def score(self, task: Task, outcome: Outcome) -> float:
-        """The default reward of an outcome (an episode with no turns: terms that read turns see none)."""
-        return float(self.default_reward(Episode(task=task, outcome=outcome, metrics=self.evaluate(task, outcome)))[0])
+    def score(self, task: Task, outcome: Outcome, reward: Callable | None = None) -> float:
+        """An outcome's reward: ``reward``'s or the default (an episode with no turns: terms reading turns see none)."""
+        ep = Episode(task=task, outcome=outcome, metrics=self.evaluate(task, outcome))
+        return float((reward or self.default_reward)(ep)[0])
 
 
 def prompt_messages(env_class: type[ToolEnv], task: Task) -> list[dict]:

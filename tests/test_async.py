@@ -28,12 +28,13 @@ def test_the_setting_is_checked_and_reaches_trls_two_sided_clip(tmp_path):
     assert "delta" not in grpo_kwargs(Experiment(), tmp_path)  # synchronous: TRL's defaults, as before
 
 
-def test_on_gpus_the_setting_is_refused_before_any_work_not_run_as_a_second_trainer(tmp_path):
+def test_on_gpus_the_setting_goes_to_trls_async_trainer_not_our_worker(tmp_path):
     from agentlab.train import run_grpo
 
-    with pytest.raises(NotImplementedError, match="TRL's own async trainer"):
+    # TRL's async trainer (agentlab.gpu_async) generates on a vLLM server: colocated vLLM is refused before any work
+    with pytest.raises(ValueError, match="needs a vLLM server"):
         run_grpo(Experiment(model="tiny-random", max_staleness=1), [], [], run=RunDir(tmp_path / "r"),
-                 trainer_overrides={"use_vllm": True})
+                 trainer_overrides={"use_vllm": True, "vllm_mode": "colocate"})
     assert not (tmp_path / "r").exists()
     with pytest.raises(ValueError, match="no injected engine"):  # the worker cannot take a callable
         run_grpo(Experiment(model="tiny-random", max_staleness=1), [], [], run=RunDir(tmp_path / "r"),

@@ -1,4 +1,4 @@
-"""GPU path configuration, checked on CPU: recipe values, vLLM modes, launch configs, async GRPO.
+"""GPU path configuration, checked on CPU: recipe values, vLLM modes, launch configs (async GRPO: test_gpu_async.py).
 
 Execution needs CUDA and the Qwen3-4B weights; those tests carry the ``gpu`` marker and skip cleanly here.
 """
@@ -60,14 +60,6 @@ def test_accelerate_launch_configs(name, kind, stage):
         assert cfg["deepspeed_config"]["zero_stage"] == stage
     with pytest.raises(ValueError, match="available"):
         gpu.accelerate_config("fsdp9")
-
-
-def test_async_grpo_config_has_a_staleness_bound(tmp_path):
-    from trl.experimental.async_grpo import AsyncGRPOConfig
-
-    kwargs = gpu.async_grpo_kwargs(RECIPE, str(tmp_path), max_staleness=2)
-    cfg = AsyncGRPOConfig(**{**kwargs, "bf16": False, "use_cpu": True})
-    assert cfg.max_staleness == 2 and cfg.num_generations == 8 and cfg.max_tool_calling_iterations == 12
 
 
 @pytest.mark.gpu
