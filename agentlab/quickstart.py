@@ -25,9 +25,11 @@ is also copied to ``runs/quickstart/sft/adapter``, where the later notebooks sta
 
 from __future__ import annotations
 
+import json
 import resource
 import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from agentlab.compare_config import CompareConfig, SFTSearch
 from agentlab.experiment import Experiment
@@ -36,6 +38,11 @@ from agentlab.paths import QUICKSTART_RUN, shown
 from agentlab.runs import RunDir
 
 ARMS = ("sft_best", "grpo", "sft_matched")
+# The quickstart's GRPO stage is one seed. benchmarks/async_grpo.py re-ran exactly that stage (lookup, the quickstart's
+# SFT adapter, 12 steps x 2 prompts x 4 rollouts at T = 1.0) on seeds 0, 1, 2: its synchronous (K = 0) rows are the
+# spread a reader needs beside the one seed. (A verifier-using arm, rft or expert_iteration, would not fit the
+# quickstart: both are given GRPO's training seconds, ~6 min here, plus a test evaluation.)
+SEED_SPREAD = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "async_grpo.json"
 
 
 def _grpo_default() -> Experiment:
@@ -61,6 +68,25 @@ class QuickstartConfig(CompareConfig):
         return cls.of(**{"name": "quickstart-smoke", "model": "tiny-random", "regime": "cheap:4", "train": 64,
                          "validation": 4, "test": 6, "sft_lrs": (1e-3,), "sft_steps": (1, 2), "grpo_steps": 2,
                          "groups_per_step": 1, "group_size": 2, "eval_every": 1, "max_new_tokens": 8, **overrides})
+
+
+def seed_spread(cfg: CompareConfig, path: Path = SEED_SPREAD) -> dict | None:
+    """Validation success of this GRPO stage at its start and last checkpoint over three training seeds, as
+    ``benchmarks/async_grpo.py`` measured it synchronously, when its setting is ``cfg``'s (else, or without the
+    file, ``None``): ``{"seeds": {seed: last}, "start", "steps", "machine", "commit", "source"}``."""
+    if not path.exists():
+        return None
+    r = json.loads(path.read_text())
+    c, g = r["config"], cfg.grpo
+    if (c["env"], c["steps"], c["groups_per_step"], c["group_size"]) != (g.env, g.steps, g.groups_per_step,
+                                                                        g.group_size) or "0" not in r["per_k"]:
+        return None
+    per_seed = r["per_k"]["0"]["per_seed"]
+    curves = {seed: run["validation"] for seed, run in sorted(per_seed.items())}
+    return {"seeds": {seed: round(v[-1]["success"], 4) for seed, v in curves.items()},
+            "start": round(next(iter(curves.values()))[0]["success"], 4), "steps": c["steps"],
+            "machine": r["machine"].get("cpu_class"), "commit": r["machine"].get("commit"),
+            "source": "benchmarks/results/async_grpo.json"}
 
 
 def _peak_rss_gb() -> float:
@@ -119,6 +145,7 @@ def _report(cfg: QuickstartConfig, base: dict, result: dict, run: RunDir) -> dic
         "rollouts": {stage: run.rel(run.path / "test" / arm / "rollouts.jsonl") for stage, arm in
                      (("base", "base"), ("sft", "sft_best"), ("grpo", "grpo"), ("sft_matched", "sft_matched"))},
         "choices": choices, "tried": result["tried"],
+        "one_seed": {"seed": cfg.seed, "grpo_spread": seed_spread(cfg)},  # GRPO's result is one draw: its spread
         # Each stage's seconds are recorded once, when it ran: their sum is the run's time even when resumed.
         "timings_s": timings, "total_s": round(sum(timings.values()), 1),
         "seconds": seconds, "peak_rss_gb": round(_peak_rss_gb(), 2),
@@ -135,6 +162,13 @@ def _print_report(report: dict, run: RunDir) -> None:
     for k in ("sft", "sft_matched"):
         d = report[f"grpo_minus_{k}"]
         print(f"GRPO - {k} (paired over the same tasks): {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]")
+    spread = report["one_seed"]["grpo_spread"]
+    print(f"one seed ({report['one_seed']['seed']}): GRPO's row is one draw", end="")
+    if spread:
+        print(f"; the same stage from the same kind of start ended at validation "
+              f"{' / '.join(f'{v:.2f}' for v in spread['seeds'].values())} on seeds {', '.join(spread['seeds'])} "
+              f"(from {spread['start']:.2f}; {spread['source']}, {spread['machine']})", end="")
+    print()
     print("stage times: " + ", ".join(f"{k} {v:.0f}s" for k, v in report["timings_s"].items()))
     print(f"peak RSS {report['peak_rss_gb']:.1f} GB, total {report['total_s']:.0f} s, "
           f"precision {report['machine'].get('precision', 'fp32')}")

@@ -75,6 +75,13 @@ def quickstart() -> str:
             f"{_ci(matched)} | {_diff(r['grpo_minus_sft_matched'])} |"),
             (f"| GRPO, {cfg['grpo_steps']} steps × {cfg['groups_per_step']} prompts × {cfg['group_size']} rollouts "
             f"from that SFT (checkpoint {grpo['step']} chosen on validation) | {_ci(grpo)} | |")]
+    from agentlab.quickstart import QuickstartConfig, seed_spread
+
+    spread = seed_spread(QuickstartConfig.of(**{k: v for k, v in cfg.items() if k != "name"}))
+    if spread:
+        rows += ["", (f"GRPO's row is one seed. The same stage from the same start on seeds {', '.join(spread['seeds'])} "
+                      f"ended at validation {' / '.join(f'{v:.2f}' for v in spread['seeds'].values())} (from "
+                      f"{spread['start']:.2f}; `{spread['source']}`, {spread['machine']}).")]
     return "\n".join(rows)
 
 

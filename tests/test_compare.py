@@ -242,3 +242,17 @@ def test_the_quickstart_is_a_comparison_with_other_defaults_not_a_copy_of_its_fi
     q = QuickstartConfig()
     assert (q.env, q.grpo.steps, q.grpo.temperature, q.sft.steps) == ("lookup", 12, 1.0, (4, 8, 16))
     assert QuickstartConfig.of(grpo_steps=6).sft.steps == (4, 8, 16)  # flat changes keep the quickstart's defaults
+
+
+def test_the_quickstart_report_shows_its_grpo_stage_spread_over_seeds_where_it_was_measured(tmp_path):
+    import json
+
+    from agentlab.quickstart import SEED_SPREAD, QuickstartConfig, seed_spread
+
+    measured = json.loads(SEED_SPREAD.read_text())["per_k"]["0"]["per_seed"]
+    spread = seed_spread(QuickstartConfig())
+    assert spread["seeds"] == {s: round(r["validation"][-1]["success"], 4) for s, r in measured.items()}
+    assert len(spread["seeds"]) >= 3 and spread["steps"] == QuickstartConfig().grpo.steps
+    # another GRPO setting, or no results file: no spread is claimed for it
+    assert seed_spread(QuickstartConfig.of(grpo_steps=6)) is None
+    assert seed_spread(QuickstartConfig(), tmp_path / "missing.json") is None

@@ -272,6 +272,8 @@ def test_quickstart_smoke_end_to_end(tmp_path):
     for path in (root / "grpo" / "evals").glob("*.rollouts.jsonl"):
         assert {json.loads(line)["task"]["id"] for line in path.read_text().splitlines()} <= val_ids
     assert (tmp_path / "quickstart-smoke" / "report.png").stat().st_size > 10_000
+    # one seed, said so; no measured spread for the smoke's setting (the real one's: test_compare)
+    assert report["one_seed"] == {"seed": 0, "grpo_spread": None} and "one seed (0)" in out.stdout
     metrics = RunDir(tmp_path / "quickstart-smoke" / "grpo").metrics()
     assert [m["step"] for m in metrics] == [1, 2]
     assert {"reward_mean", "zero_variance_groups", "valid_rollouts", "entropy", "time_generate_s",
