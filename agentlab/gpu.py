@@ -1,4 +1,4 @@
-"""The GPU path: the Qwen3-4B-Instruct-2507 recipe (the Silico product-finder run's), vLLM generation (colocate or server), Unsloth
+"""The GPU path: the Qwen3-4B-Instruct-2507 recipe (a published product-finder run's), vLLM generation (colocate or server), Unsloth
 LoRA, multi-GPU launch configs (accelerate / DeepSpeed); TRL's asynchronous GRPO is :mod:`agentlab.gpu_async`.
 
 Single GPU, vLLM colocated with training::

@@ -11,8 +11,8 @@ Trying a reward on saved rollouts (GRPO advantages, rescoring) and against degen
 probes) lives in :mod:`agentlab.reward_design`; an LLM judge as a term in :mod:`agentlab.judge`.
 
 Weights are what one unit of a term adds to the total, so penalties carry negative weights (``empty=-0.2`` adds
-−0.2 to an episode that submitted nothing). The doc_search reward follows the search-agent post (after
-Harness-1): F-beta with β = 4 (recall matters 16× more than precision) and −0.2 for curating nothing, because an
+−0.2 to an episode that submitted nothing). The doc_search reward follows a published GRPO document-curation
+agent's: F-beta with β = 4 (recall matters 16× more than precision) and −0.2 for curating nothing, because an
 empty set and a wrong set both score F4 = 0 and GRPO needs them told apart.
 """
 
@@ -162,7 +162,7 @@ def lenient_calls(ep: Episode) -> int:
 def off_form_penalty(ep: Episode, per_call: float = -0.1, max_calls: int | None = None) -> float:
     """``per_call`` for each off-form call, counting at most ``max_calls`` of them.
 
-    ``max_calls=1`` is the search-agent post's variant (−0.1 once if any call was off-form): without a penalty a
+    ``max_calls=1`` is a published search agent's variant (−0.1 once if any call was off-form): without a penalty a
     lenient parser lets a malformed habit ride along with good episodes until nearly every episode has one.
 
     >>> ep = Episode(task=_EX, turns=[Turn("<tool_call>oops", off_form=True), Turn("x"), Turn("y", off_form=True)])

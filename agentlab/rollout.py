@@ -53,7 +53,7 @@ _STRICT_CALLS = re.compile(r"(?:<tool_call>\n\{.*?\}\n</tool_call>\n?)+", re.DOT
 
 @dataclass(frozen=True)
 class LoopConfig:
-    """Budgets of one episode. Train and eval budgets may differ (the Silico product-finder run trained in 12 turns, scored in 30):
+    """Budgets of one episode. Train and eval budgets may differ (a published product-finder run trained in 12 turns, scored in 30):
     keep them equal unless you mean to measure that gap."""
 
     max_turns: int | None = None  # None: the environment's budget (EnvSpec.budget), filled by resolved(spec)

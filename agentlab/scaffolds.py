@@ -1,4 +1,4 @@
-"""Evaluation scaffolds: spend more inference on a task without changing the policy (the *RL for Agents* workshop's deep dive).
+"""Evaluation scaffolds: spend more inference on a task without changing the policy.
 
 * :func:`parallel_best_of_n` — sample n episodes per task, let a *verifier* pick one.
 * :func:`sequential_refinement` — run, check, and if the check fails run again with feedback about the last

@@ -91,3 +91,62 @@ NOT_YET_RENDERED: set[str] = set()
 def test_committed_notebook_prose_states_no_figure_by_hand(path):
     found = static_numbers(nbformat.read(path, as_version=4))
     assert not found, "\n".join(f"cell {i}: {what} {text!r}" for i, what, text in found)
+
+
+# -- outputs that leak the maker's machine, and references a learner cannot follow -------------------------------
+
+MACHINE_PATH = re.compile(r"(?<![\w.~])/(?:work|home|tmp|root|Users|private|var/folders|opt|mnt)/[^\s'\"]+")
+LIBRARY_NOTICE = re.compile(r"\b(?:Future|Deprecation|User|Runtime)Warning\b|^\s*warnings\.warn\(", re.MULTILINE)
+# Sources a learner cannot open (the write-ups behind the tutorial are not shipped): name what they teach instead.
+UNFOLLOWABLE = ("search-agent post", "Harness-1", "Silico", "RL for Agents workshop", "write-up on hints")
+
+
+def _output_text(output) -> str:
+    if output.get("output_type") == "stream":
+        return output.get("text", "")
+    if output.get("output_type") == "error":
+        return "\n".join(output.get("traceback", []))
+    return str(output.get("data", {}).get("text/plain", ""))
+
+
+def leaks(nb) -> list[tuple[int, str, str]]:
+    """``(cell index, what, the text)`` for each absolute machine path or library warning in a code cell's
+    outputs, and each reference to a source a learner cannot follow, anywhere."""
+    found = []
+    for index, cell in enumerate(nb.cells):
+        texts = [cell.source] + [_output_text(o) for o in cell.get("outputs", [])]
+        for text in texts[1:]:
+            found += [(index, "a machine path", m.group(0)) for m in MACHINE_PATH.finditer(text)]
+            found += [(index, "a library warning", m.group(0).strip()) for m in LIBRARY_NOTICE.finditer(text)]
+        found += [(index, "an unfollowable reference", ref) for text in texts for ref in UNFOLLOWABLE if ref in text]
+    return found
+
+
+def test_leaks_are_found_and_what_a_reader_can_use_is_not():
+    nb = _notebook("As the search-agent post found, recall matters.")
+    nb.cells[0].outputs = [
+        nbformat.v4.new_output("stream", name="stderr", text="/work/main/.venv/lib/python3.11/site-packages/"
+                               "transformers/x.py:12: FutureWarning: `a` is deprecated\n  warnings.warn(\n"),
+        nbformat.v4.new_output("execute_result", data={"text/plain": "PosixPath('/home/ada/agentlab/runs/q')"}),
+    ]
+    whats = sorted({what for _, what, _ in leaks(nb)})
+    assert whats == ["a library warning", "a machine path", "an unfollowable reference"]
+    assert len([1 for _, what, _ in leaks(nb) if what == "a machine path"]) == 2
+    clean = _notebook("Recall matters 16x more than precision (F4).")
+    clean.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="-> runs/quickstart/report.json\n"
+                                                     "GRPO - sft: +0.12 [+0.03, +0.21]\n")]
+    assert leaks(clean) == []
+
+
+# Notebooks committed before the tutorial pass re-executes them with the notebook setup call; each leaves this list
+# when it is re-executed clean (strict, as above).
+NOT_YET_CLEAN = {"03_baseline_and_headroom", "04_sft_warm_start", "07_grpo_training", "08_evaluate_and_verify",
+                 "09_hints_and_scaffolds", "10_your_own_environment"}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="not re-executed yet"))
+                                  if p.stem in NOT_YET_CLEAN else p for p in NOTEBOOKS],
+                         ids=[p.stem for p in NOTEBOOKS])
+def test_committed_notebook_outputs_leak_no_machine_path_warning_or_unfollowable_reference(path):
+    found = leaks(nbformat.read(path, as_version=4))
+    assert not found, "\n".join(f"cell {i}: {what} {text!r}" for i, what, text in found)

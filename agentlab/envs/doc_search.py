@@ -1,6 +1,6 @@
 """``doc_search``: a retrieval subagent curates the documentation chunks that support a query's facts.
 
-The search-agent post's harness (after Jiang et al.'s Harness-1 paper) on Python's own documentation
+A published GRPO document-curation agent's harness, on Python's own documentation
 (``agentlab.corpora.pydocs``): lexical tools only (``bm25_search``, ``grep_corpus``, ``read_document``), a curated
 set that exists from the first turn (``curate``/``drop_curated``, capped at 30) and ``finish``. Reward is F-beta
 with β = 4 (recall weighs 16× more than precision) and -0.2 when nothing was curated.
@@ -425,5 +425,5 @@ SPEC = EnvSpec(
     budget=Budget(max_turns=10, max_new_tokens=160, max_context=4096),
     valid_rollout=lambda outcome: bool(outcome.final),  # the write-up: at least one document curated
     expert=expert, random_policy=random_policy, audit_keys=audit_keys, cheap_policy=per_fact_top_hit,
-    description="Curate the Python-documentation chunks that support 1-3 facts (F4 reward, after the GRPO search-agent post).",
+    description="Curate the Python-documentation chunks that support 1-3 facts (F4 reward: recall weighs 16x precision).",
 )
