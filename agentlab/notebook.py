@@ -12,9 +12,12 @@ relative to the repository (:func:`agentlab.paths.shown`). Warnings raised by ag
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import warnings
+from datetime import date, datetime
+from pathlib import Path
 
 QUIET_ENV = {
     "TRANSFORMERS_VERBOSITY": "error",           # transformers' info/warning logs
@@ -48,3 +51,110 @@ def setup_notebook(seed: int | None = 0) -> None:
 
         random.seed(seed)
         np.random.seed(seed)
+
+
+# -- minutes, measured: each notebook's header says how long it took, on which machines ------------------------------
+
+TIMINGS = Path(__file__).resolve().parent.parent / "notebooks" / "timings.json"
+SLOW_S = 60.0  # a cell at least this long is named in the header
+CLASSES = ("avx512-bf16", "amx", "avx2")  # the machine classes users meet; a header names each, timed or not
+
+
+def cell_seconds(nb) -> list[tuple[int, float, str]]:
+    """``(cell index, seconds, first line)`` of each executed code cell, from the timing metadata the executing
+    client stamps on it (``metadata.execution``: ``iopub.execute_input`` → ``shell.execute_reply``)."""
+    out = []
+    for index, cell in enumerate(nb.cells):
+        stamps = cell.get("metadata", {}).get("execution", {})
+        start, end = stamps.get("iopub.execute_input"), stamps.get("shell.execute_reply")
+        if cell.cell_type != "code" or not (start and end):
+            continue
+        seconds = (datetime.fromisoformat(end) -
+                   datetime.fromisoformat(start)).total_seconds()
+        first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+        out.append((index, round(seconds, 1), first[:80]))
+    return out
+
+
+def record_timings(path: str | Path, machine: str | None = None, timings: str | Path | None = None) -> dict:
+    """Write an executed notebook's minutes and slow cells into ``timings`` under its machine class (default: this
+    machine's, ``agentlab.machine.cpu_class``); return the entry."""
+    import nbformat
+
+    from agentlab.machine import cpu_class, describe
+
+    path, timings = Path(path), Path(timings or TIMINGS)
+    cells = cell_seconds(nbformat.read(path, as_version=4))
+    if not cells:
+        raise ValueError(f"{path} carries no execution timing: execute it first (nbclient records it)")
+    entry = {"minutes": round(sum(s for _, s, _ in cells) / 60, 1),
+             "slow": [[i, s, line] for i, s, line in cells if s >= SLOW_S],
+             "date": date.today().isoformat(), "commit": describe().get("commit")}
+    table = json.loads(timings.read_text()) if timings.exists() else {}
+    table.setdefault(path.stem, {})[machine or cpu_class()] = entry
+    timings.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    return entry
+
+
+class _Markdown(str):
+    """Markdown a notebook cell displays as such (and a string everywhere else)."""
+
+    def _repr_markdown_(self) -> str:
+        return str(self)
+
+
+def notebook_header(stem: str, reads: str = "", timings: str | Path | None = None) -> str:
+    """The line under a notebook's title: its minutes on each machine class it was timed on (and the classes it was
+    not), its slow cells, and what it reads from earlier notebooks. Rendered from ``timings`` (written by
+    ``record_timings`` after a real execution), never typed."""
+    timings = Path(timings or TIMINGS)
+    table = json.loads(timings.read_text()).get(stem, {}) if timings.exists() else {}
+    timed = [f"**{e['minutes']:.0f} min** on {cls} ({e['date']})" for cls, e in sorted(table.items())]
+    untimed = [cls for cls in CLASSES if cls not in table]
+    parts = ["> **Time, measured:** " + ("; ".join(timed) if timed else "not timed yet")
+             + (f"; not timed on {', '.join(untimed)} (expect several times longer on avx2, fp32)" if untimed else "")
+             + " — 2 cores, a whole top-to-bottom run."]
+    slow = {}
+    for cls, e in table.items():
+        for index, seconds, line in e["slow"]:
+            slow.setdefault((index, line), []).append(f"{seconds / 60:.0f} min on {cls}")
+    if slow:
+        parts.append("Slow cells: " + "; ".join(f"[{i}] `{line}` ({', '.join(v)})" for (i, line), v in
+                                               sorted(slow.items())) + ".")
+    if reads:
+        parts.append(f"Reads: {reads}.")
+    return _Markdown(" ".join(parts))
+
+
+def execute(path: str | Path, timeout: int = 3600) -> dict:
+    """Run a notebook top to bottom in place (from its own folder), record its minutes (:func:`record_timings`), and
+    render its header cell again from them, so the header states the run it sits on. Returns the timing entry.
+
+        python -m agentlab.notebook notebooks/00_quickstart.ipynb ...      # make notebooks NB="00 01"
+    """
+    import ast
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    path = Path(path).resolve()
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=timeout, record_timing=True, resources={"metadata": {"path": str(path.parent)}}).execute()
+    nbformat.write(nb, path)
+    entry = record_timings(path)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "notebook_header(" in cell.source:
+            call = ast.parse(cell.source).body[-1].value  # notebook_header("<stem>", reads="…"): literal arguments
+            text = notebook_header(*map(ast.literal_eval, call.args),
+                                   **{k.arg: ast.literal_eval(k.value) for k in call.keywords})
+            cell.outputs = [nbformat.v4.new_output("execute_result", data={"text/markdown": text, "text/plain": text},
+                                                   execution_count=cell.execution_count)]
+    nbformat.write(nb, path)
+    return entry
+
+
+if __name__ == "__main__":
+    import sys
+
+    for arg in sys.argv[1:]:
+        print(arg, execute(arg), flush=True)

@@ -69,6 +69,7 @@ def plot_training(metrics: list[dict], evals: list[dict], axes=None, refs: dict 
     ax.plot(steps, [m["valid_rollouts"] for m in metrics], "s--", label="valid rollouts (final answer given)")
     ax.plot(steps, [m["zero_variance_groups"] for m in metrics], "^:", label="zero-variance groups")
     ax.set_xlabel("GRPO step")
+    ax.set_ylabel("mean reward; share of the step's rollouts / groups")
     ax.set_ylim(-0.05, 1.15)
     ax.set_title("training")
     ax.legend(fontsize=8, loc="lower right")

@@ -1,0 +1,53 @@
+"""Each notebook's header states its minutes from a real execution, per machine class (agentlab.notebook)."""
+
+import json
+
+import nbformat
+
+from agentlab.notebook import SLOW_S, cell_seconds, execute, notebook_header, record_timings
+
+
+def _executed(tmp_path, seconds: list[float]):
+    nb = nbformat.v4.new_notebook()
+    for i, s in enumerate(seconds):
+        cell = nbformat.v4.new_code_cell(f"# cell {i}\nx = {i}")
+        cell.metadata["execution"] = {"iopub.execute_input": "2026-12-03T10:00:00.000000Z",
+                                      "shell.execute_reply": f"2026-12-03T10:{int(s // 60):02d}:{s % 60:06.3f}Z"}
+        nb.cells.append(cell)
+    nb.cells.insert(0, nbformat.v4.new_markdown_cell("# title"))
+    path = tmp_path / "07_demo.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_minutes_and_slow_cells_come_from_the_execution_stamps(tmp_path):
+    path = _executed(tmp_path, [2.5, SLOW_S + 30, 10.0])
+    assert [s for _, s, _ in cell_seconds(nbformat.read(path, as_version=4))] == [2.5, SLOW_S + 30, 10.0]
+    timings = tmp_path / "timings.json"
+    entry = record_timings(path, machine="avx512-bf16", timings=timings)
+    assert entry["minutes"] == round((2.5 + SLOW_S + 30 + 10) / 60, 1) and [c[0] for c in entry["slow"]] == [2]
+    record_timings(_executed(tmp_path, [600.0]), machine="amx", timings=timings)  # the same notebook, another class
+    assert set(json.loads(timings.read_text())["07_demo"]) == {"avx512-bf16", "amx"}
+    header = notebook_header("07_demo", reads="runs/quickstart/", timings=timings)
+    assert "on amx" in header and "on avx512-bf16" in header and "not timed on avx2" in header
+    assert "[1] `# cell 0`" in header and "Reads: runs/quickstart/." in header  # the amx run's one slow cell
+    assert "not timed yet" in notebook_header("99_none", timings=timings)
+
+
+def test_execute_runs_the_notebook_and_renders_its_header_from_that_run(tmp_path, monkeypatch):
+    from agentlab import notebook
+
+    timings = tmp_path / "timings.json"
+    monkeypatch.setattr(notebook, "TIMINGS", timings)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# 07 · demo"),
+                nbformat.v4.new_code_cell("from agentlab.notebook import notebook_header\n"
+                                          f"notebook_header('07_demo', reads='nothing', timings={str(timings)!r})"),
+                nbformat.v4.new_code_cell("import time\ntime.sleep(1.2)\nprint('done')")]
+    path = tmp_path / "07_demo.ipynb"
+    nbformat.write(nb, path)
+    entry = execute(path, timeout=120)
+    ran = nbformat.read(path, as_version=4)
+    assert ran.cells[2].outputs[0]["text"] == "done\n" and entry["minutes"] >= 0.0
+    header = ran.cells[1].outputs[0]["data"]["text/markdown"]
+    assert header == notebook_header("07_demo", reads="nothing", timings=timings) and "not timed yet" not in header
