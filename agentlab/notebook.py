@@ -96,6 +96,10 @@ def record_timings(path: str | Path, machine: str | None = None, timings: str | 
     return entry
 
 
+def _minutes(minutes: float) -> str:
+    return f"{minutes:.0f} min" if minutes >= 1 else "under a minute"
+
+
 class _Markdown(str):
     """Markdown a notebook cell displays as such (and a string everywhere else)."""
 
@@ -109,7 +113,7 @@ def notebook_header(stem: str, reads: str = "", timings: str | Path | None = Non
     ``record_timings`` after a real execution), never typed."""
     timings = Path(timings or TIMINGS)
     table = json.loads(timings.read_text()).get(stem, {}) if timings.exists() else {}
-    timed = [f"**{e['minutes']:.0f} min** on {cls} ({e['date']})" for cls, e in sorted(table.items())]
+    timed = [f"**{_minutes(e['minutes'])}** on {cls} ({e['date']})" for cls, e in sorted(table.items())]
     untimed = [cls for cls in CLASSES if cls not in table]
     parts = ["> **Time, measured:** " + ("; ".join(timed) if timed else "not timed yet")
              + (f"; not timed on {', '.join(untimed)} (expect several times longer on avx2, fp32)" if untimed else "")
@@ -117,7 +121,7 @@ def notebook_header(stem: str, reads: str = "", timings: str | Path | None = Non
     slow = {}
     for cls, e in table.items():
         for index, seconds, line in e["slow"]:
-            slow.setdefault((index, line), []).append(f"{seconds / 60:.0f} min on {cls}")
+            slow.setdefault((index, line), []).append(f"{_minutes(seconds / 60)} on {cls}")
     if slow:
         parts.append("Slow cells: " + "; ".join(f"[{i}] `{line}` ({', '.join(v)})" for (i, line), v in
                                                sorted(slow.items())) + ".")
