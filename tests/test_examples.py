@@ -50,3 +50,19 @@ def test_shipped_calls_replay_into_demonstrations_of_the_cheap_strategy(tmp_path
     assert all(d["messages"][-1] == {"role": "assistant", "content": "I won."} for d in demos)
     assert not any("[Player]" in r for r in replies)
     assert "the verifier says no" in said  # the cheap walk loses some games, and says which
+
+
+def test_the_third_party_study_runs_end_to_end_on_the_tiny_model(tmp_path, monkeypatch, capsys):
+    """benchmarks/third_party_env.py --smoke: rows, the cheap script replayed into demonstrations, and every arm of
+    `agentlab compare` on the class loaded from its file, held-out games evaluated (tiny model, tiny sizes)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import third_party_env
+
+    monkeypatch.setenv("AGENTLAB_RUNS", str(tmp_path / "runs"))
+    assert third_party_env.main(["--smoke", "--seeds", "0"]) == 0
+    run = tmp_path / "runs" / "third-party-smoke" / "guess-the-number" / "seed-0"
+    for arm in ("sft_best", "grpo", "sft_matched", "expert_iteration"):
+        episodes = (run / "test" / arm / "rollouts.jsonl").read_text().splitlines()
+        assert len(episodes) == 6, arm  # every arm on the same held-out games
+    said = capsys.readouterr().out
+    assert "won games kept" in said and '"grpo_minus_sft_best"' in said
