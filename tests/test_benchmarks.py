@@ -188,6 +188,16 @@ def test_a_regime_beside_the_study_is_kept_apart_and_rendered_with_its_name():
     assert [r.split(" | ")[1] for r in rows] == [f"`{own}`"] * 2 + ["`expert:16`"] * 2
     assert seed_name("doc_search", "expert:16", 1) == "seed-systems/doc_search/expert-16/seed-1"
     assert seed_name("doc_search", own, 1) != seed_name("doc_search", "expert:16", 1)
+    # code_search reports its answer's metrics, in a table of its own
+    code = {"seed": 0, "n": 2, **{arm: {m: {"mean": 0.5, "ci_low": 0.25, "ci_high": 0.75}
+                                     for m in ("success", "precision", "recall", "covered")}
+                                   for arm in ("sft_best", "grpo")}}
+    regime_slot(out, "code_search", STUDY["code_search"]["regime"]).update(
+        {"regime": STUDY["code_search"]["regime"], "seeds": [code]})
+    doc_table, code_table = seed_table(out).split("\n\n")
+    assert doc_table.splitlines()[0].endswith("| F4 | success | precision | recall | curated |")
+    assert code_table.splitlines()[0].endswith("| success | precision | recall | covered |")
+    assert len(code_table.splitlines()) == 4 and "code_search" in code_table.splitlines()[2]
 
 
 def test_the_rl_vs_sft_map_is_built_from_the_studies_and_rendered_in_the_readme():
