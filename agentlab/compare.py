@@ -17,7 +17,8 @@ Every arm is evaluated greedily on the same test tasks, once, after its checkpoi
 ``expert_iteration``  rounds of (sample, keep every distinct verified success, SFT on them) from ``sft_best`` for
                  GRPO's wall-clock, no demonstrations (``agentlab.verified``)
                (both save as many checkpoints as GRPO is evaluated at, and keep the best on validation, as GRPO does)
-``sft_all``      a reference, not a baseline: SFT on plentiful expert demonstrations (what the regime withholds)
+``sft_all``      a reference, not a baseline: SFT on plentiful expert demonstrations (what the regime withholds),
+                 searched as ``sft_best`` is: every rate, step counts of ``sft_all_epochs`` epochs of them
 ===============  ===================================================================================================
 
 The run folder (``runs/<name>/``) holds each arm's adapters and evaluations, ``result.json`` (test success with
@@ -38,6 +39,15 @@ from agentlab.synth import regime_demos
 from agentlab.types import Task
 
 __all__ = ["ARMS", "CompareConfig", "Comparison", "run_compare", "search_validation"]
+
+
+def epoch_steps(demos: int, batch: int, epochs: tuple[float, ...]) -> tuple[int, ...]:
+    """SFT step counts that make ``epochs`` passes over ``demos`` demonstrations at ``batch`` a step.
+
+    >>> epoch_steps(256, 2, (0.5, 1, 2, 4))
+    (64, 128, 256, 512)
+    """
+    return tuple(sorted({max(1, round(e * demos / batch)) for e in epochs}))
 
 
 def search_validation(adapter: Path, steps: int) -> Path:
@@ -93,10 +103,10 @@ class Comparison:
         """The adapter a choice names (stored relative to the comparison's folder, ``RunDir.rel``)."""
         return self.run.resolve(choice["adapter"])
 
-    def sft_settings(self, lr: float, steps: int):
+    def sft_settings(self, lr: float, steps: int, schedule: str = "constant"):
         from agentlab.train import SFTSettings
 
-        return SFTSettings(steps=steps, batch_size=self.cfg.sft.batch, lr=lr, seed=self.cfg.seed)
+        return SFTSettings(steps=steps, batch_size=self.cfg.sft.batch, lr=lr, seed=self.cfg.seed, schedule=schedule)
 
     def tasks(self) -> dict[str, list[Task]]:
         from agentlab.synth import build_splits, expert_demos, load_tasks, save_splits
@@ -123,50 +133,68 @@ class Comparison:
 
         return read_jsonl(self.run.path / "tasks" / f"{which}.jsonl")[0]
 
-    def sft_search(self, arm: str, demos: list[dict], lrs: tuple[float, ...], val: list[Task]) -> dict:
-        """SFT at each learning rate, saved at each step count, every adapter scored on validation; the best one.
+    def sft_search(self, arm: str, demos: list[dict], lrs: tuple[float, ...], val: list[Task],
+                   steps: tuple[int, ...] | None = None) -> dict:
+        """SFT at each learning rate and schedule (``cfg.sft.schedules``), saved at each step count (``steps``,
+        default ``cfg.sft.steps``), every adapter scored on validation; the best one.
 
         When the best point sits at the grid's last step count, that run is continued (the step count doubled,
-        up to ``sft_extend`` times) until validation stops improving: the search reaches the validation peak.
-        Ties go to the smaller step count, then the smaller learning rate (the cheaper choice).
+        up to ``sft_extend`` times) until validation stops improving: the search reaches the validation peak. A
+        decaying schedule cannot be continued (its rate reached 0), so its longer point is a fresh run of twice
+        the steps. Ties go to the smaller step count, then the smaller learning rate, then the constant schedule
+        (the cheaper choice).
         """
         from agentlab.train import run_sft
 
-        steps = tuple(sorted(set(self.cfg.sft.steps)))
+        steps = tuple(sorted(set(steps or self.cfg.sft.steps)))
         best = None
 
-        def score(lr: float, s: int, adapter: Path) -> bool:
+        def score(lr: float, schedule: str, s: int, adapter: Path) -> bool:
             nonlocal best
-            summary = self._timed(f"{arm}_lr={lr:g}_steps={s}_validation", self.evaluate,
-                                  search_validation(adapter, s), adapter, val, f"{arm} lr={lr:g} steps={s}")
+            name = f"lr={lr:g}" + (f"_{schedule}" if schedule != "constant" else "")
+            summary = self._timed(f"{arm}_{name}_steps={s}_validation", self.evaluate,
+                                  search_validation(adapter, s), adapter, val, f"{arm} {name} steps={s}")
             regime = self.cfg.data() if arm != "sft_all" else f"expert:{self.cfg.sft_all_demos}"
             point = {"arm": arm, "regime": regime, "lr": lr, "steps": s, "validation": self.figure(summary)}
+            if schedule != "constant":  # (older folders' points have no schedule: constant)
+                point["schedule"] = schedule
             self._tried(point)
-            key = (point["validation"][self.cfg.select], -s, -lr)
+            key = (point["validation"][self.cfg.select], -s, -lr, schedule == "constant")
             if best is None or key > best[0]:
                 best = (key, point, adapter)
                 return True
             return False
 
-        for lr in lrs:
-            folder = self.run.path / arm / f"lr={lr:g}"
-            if not all((folder / f"adapter-step-{s}" / "adapter_config.json").exists() for s in steps):
-                self._timed(f"{arm}_lr={lr:g}_train", run_sft, self.cfg.model, demos, folder,
-                            self.sft_settings(lr, max(steps)), save_at=steps)
-            for s in steps:
-                score(lr, s, folder / f"adapter-step-{s}")
+        def folder_of(lr: float, schedule: str) -> Path:
+            return self.run.path / arm / (f"lr={lr:g}" + (f"-{schedule}" if schedule != "constant" else ""))
+
+        for schedule in self.cfg.sft.schedules:
+            for lr in lrs:
+                folder = folder_of(lr, schedule)
+                if not all((folder / f"adapter-step-{s}" / "adapter_config.json").exists() for s in steps):
+                    self._timed(f"{arm}_{folder.name}_train", run_sft, self.cfg.model, demos, folder,
+                                self.sft_settings(lr, max(steps), schedule), save_at=steps)
+                for s in steps:
+                    score(lr, schedule, s, folder / f"adapter-step-{s}")
         last = max(steps)
         for _ in range(self.cfg.sft.extend):
             point, adapter = best[1], best[2]
             if point["steps"] != last:
                 break
-            lr, folder = point["lr"], self.run.path / arm / f"lr={point['lr']:g}"
+            lr, schedule = point["lr"], point.get("schedule", "constant")
+            folder = folder_of(lr, schedule)
             target = folder / f"adapter-step-{2 * last}"
-            if not (target / "adapter_config.json").exists():  # continue the run (a fresh optimiser state)
-                self._timed(f"{arm}_lr={lr:g}_extend={2 * last}", run_sft, self.cfg.model, demos,
-                            folder / f"extend-{2 * last}", self.sft_settings(lr, last), init_adapter=adapter)
-                (folder / f"extend-{2 * last}" / "adapter").rename(target)
-            improved = score(lr, 2 * last, target)
+            if not (target / "adapter_config.json").exists():
+                if schedule == "constant":  # continue the run (a fresh optimiser state)
+                    self._timed(f"{arm}_lr={lr:g}_extend={2 * last}", run_sft, self.cfg.model, demos,
+                                folder / f"extend-{2 * last}", self.sft_settings(lr, last), init_adapter=adapter)
+                    (folder / f"extend-{2 * last}" / "adapter").rename(target)
+                else:  # a decayed rate cannot be continued: twice the steps, from the start
+                    self._timed(f"{arm}_{folder.name}_train={2 * last}", run_sft, self.cfg.model, demos,
+                                folder / f"run-{2 * last}", self.sft_settings(lr, 2 * last, schedule),
+                                save_at=(2 * last,))
+                    (folder / f"run-{2 * last}" / f"adapter-step-{2 * last}").rename(target)
+            improved = score(lr, schedule, 2 * last, target)
             last *= 2
             if not improved:
                 break
@@ -289,9 +317,12 @@ def run_compare(cfg: CompareConfig, arms: tuple[str, ...] | None = None, overwri
                  f"for GRPO's {budget:.0f} s")
             policies["expert_iteration"] = cmp._timed("expert_iteration", cmp.expert_iteration, best, budget,
                                                       splits["train"], val)
-    if "sft_all" in arms:
-        _say(f"[{cfg.name}] sft_all (reference): {cfg.sft_all_demos} expert demonstrations at lr {best['lr']:g}")
-        policies["sft_all"] = cmp.sft_search("sft_all", cmp.demos("demos_all"), (best["lr"],), val)
+    if "sft_all" in arms:  # searched as sft_best is, over every rate, to several epochs of its demonstrations
+        demos_all = cmp.demos("demos_all")
+        steps = epoch_steps(len(demos_all), cfg.sft.batch, cfg.sft.all_epochs)
+        _say(f"[{cfg.name}] sft_all (reference): {len(demos_all)} expert demonstrations, lr {cfg.sft.lrs} x steps "
+             f"{steps} ({', '.join(f'{e:g}' for e in cfg.sft.all_epochs)} epochs)")
+        policies["sft_all"] = cmp.sft_search("sft_all", demos_all, cfg.sft.lrs, val, steps=steps)
     results, episodes = {}, {}
     for arm, chosen in policies.items():
         _say(f"[{cfg.name}] test evaluation of {arm} on {len(test)} tasks (greedy, once)")

@@ -31,6 +31,10 @@ SHARED = ("env", "model", "seed", "groups_per_step", "group_size", "temperature"
 ALWAYS = ("grpo_lr", "grpo_steps")  # written to config.json even at their defaults (older folders have them)
 
 
+SCHEDULES = ("constant", "cosine", "linear")  # TRL / transformers lr_scheduler_type values an SFT run may take
+SFT_ALWAYS = ("lrs", "steps", "batch", "extend")  # written to config.json always; later fields when not default
+
+
 @dataclass(frozen=True)
 class SFTSearch:
     """The SFT arms' search: every learning rate x step count scored on validation; the best run continued
@@ -40,9 +44,15 @@ class SFTSearch:
     steps: tuple[int, ...] = (4, 8, 16, 32)
     batch: int = 2
     extend: int = 2
+    schedules: tuple[str, ...] = ("constant",)   # also decaying ones ("cosine", "linear"): each its own runs
+    all_epochs: tuple[float, ...] = (0.5, 1, 2, 4)  # sft_all's step counts, in epochs of its demonstrations
 
     def __post_init__(self):
         errors = []
+        if not self.schedules or set(self.schedules) - set(SCHEDULES):
+            errors.append(f"sft_schedules={self.schedules}: expected some of {', '.join(SCHEDULES)}")
+        if not self.all_epochs or any(e <= 0 for e in self.all_epochs):
+            errors.append(f"sft_all_epochs={self.all_epochs} must be positive")
         if not self.lrs or any(lr <= 0 for lr in self.lrs):
             errors.append(f"sft_lrs={self.lrs} must be positive learning rates")
         if not self.steps or any(s < 1 for s in self.steps):
@@ -137,7 +147,8 @@ class CompareConfig:
         out.update({k: grpo[k] for k in SHARED})
         out.update({f"grpo_{k}": v for k, v in grpo.items() if k not in (*SHARED, "name", "eval_tasks")
                     and (f"grpo_{k}" in ALWAYS or v != default[k])})
-        out.update({f"sft_{f.name}": getattr(self.sft, f.name) for f in dataclasses.fields(self.sft)})
+        out.update({f"sft_{f.name}": getattr(self.sft, f.name) for f in dataclasses.fields(self.sft)
+                    if f.name in SFT_ALWAYS or getattr(self.sft, f.name) != f.default})
         return dict(sorted(out.items()))
 
     @classmethod
@@ -145,7 +156,8 @@ class CompareConfig:
         """Every flat field a command line may set, with its default (budgets: ``None``, the environment's)."""
         grpo = {f"grpo_{f.name}": f.default for f in dataclasses.fields(Experiment)
                 if f.name not in (*SHARED, "name", "eval_tasks", "report_to", "reward")}
-        return {**grpo, **cls().to_config(), **{b: None for b in BUDGET_FIELDS}}
+        sft = {f"sft_{f.name}": f.default for f in dataclasses.fields(SFTSearch)}
+        return {**grpo, **sft, **cls().to_config(), **{b: None for b in BUDGET_FIELDS}}
 
     @classmethod
     def smoke(cls, **overrides) -> CompareConfig:
@@ -153,7 +165,8 @@ class CompareConfig:
         return cls.of(**{"name": "compare-smoke", "env": "lookup", "regime": "expert:8", "model": "tiny-random",
                          "train": 24, "validation": 4, "test": 6, "sft_lrs": (1e-3, 3e-3), "sft_steps": (1, 2),
                          "grpo_steps": 2, "groups_per_step": 1, "group_size": 2, "eval_every": 1,
-                         "max_turns": 2, "max_new_tokens": 8, "sft_all_demos": 8, "ei_rounds": 2, **overrides})
+                         "max_turns": 2, "max_new_tokens": 8, "sft_all_demos": 8, "sft_all_epochs": (0.5, 1),
+                         "ei_rounds": 2, **overrides})
 
     @classmethod
     def from_text(cls, given: dict[str, str | None], smoke: bool = False) -> CompareConfig:

@@ -26,6 +26,7 @@ class SFTSettings:
     lora_r: int = 16
     seed: int = 0
     precision: str = "auto"       # bf16 mixed precision where the hardware has it (agentlab.precision)
+    schedule: str = "constant"    # the learning rate over the run: "constant", or decaying to 0 ("cosine", "linear")
 
 
 def longest(rows: list[dict]) -> int:
@@ -66,7 +67,7 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
     rows = [d for d in demos if "input_ids" in d] + tokenize_demos([d for d in demos if "input_ids" not in d], tok)
     args = SFTConfig(
         output_dir=str(out_dir / "trainer"), max_steps=settings.steps, per_device_train_batch_size=settings.batch_size,
-        learning_rate=settings.lr, lr_scheduler_type="constant", warmup_steps=0, logging_steps=1,
+        learning_rate=settings.lr, lr_scheduler_type=settings.schedule, warmup_steps=0, logging_steps=1,
         # Our pre-tokenized rows carry ``assistant_masks``, which SFTTrainer always applies: assistant-only loss.
         assistant_only_loss=False, save_strategy="no", report_to=list(report_to), seed=settings.seed,
         use_cpu=not _cuda(), gradient_checkpointing=False, max_length=longest(rows), dataloader_num_workers=0,

@@ -80,6 +80,9 @@ def test_every_arm_end_to_end_and_resume(tmp_path, monkeypatch):
     assert {(t["lr"], t["steps"]) for t in search} == {(lr, s) for lr in cfg.sft.lrs for s in cfg.sft.steps}
     best = max(search, key=lambda t: t["validation"]["success"])["validation"]["success"]
     assert saved["choices"]["sft_best"]["validation"]["success"] == best
+    # sft_all is searched too: every rate, its step counts in epochs of its demonstrations (8 demos, batch 2)
+    every = {(t["lr"], t["steps"]) for t in saved["tried"] if t["arm"] == "sft_all"}
+    assert every >= {(lr, s) for lr in cfg.sft.lrs for s in (2, 4)}
     assert saved["choices"]["grpo"]["step"] >= 1  # GRPO's own checkpoint counts, never its SFT start
     # GRPO's step 0 is its start's validation pass, read back, not run again (same rollouts, same figure)
     start = run / saved["choices"]["sft_best"]["adapter"]
@@ -181,6 +184,44 @@ def test_choices_maximise_the_selected_validation_figure(tmp_path, monkeypatch, 
     assert choice["validation"].get("reward", scores[chosen][1]) == scores[chosen][1]
     with pytest.raises(ValueError, match="select='f9'"):
         CompareConfig(select="f9")
+
+
+def test_a_decaying_schedule_is_searched_beside_the_constant_one_and_lengthened_from_scratch(tmp_path, monkeypatch):
+    """sft_schedules adds decaying runs to the grid; when one is best at the grid's edge, its longer point is a fresh
+    run of twice the steps with the same schedule (a decayed rate cannot be continued). Fake training and scores:
+    the search is under test."""
+    import agentlab.train
+    from agentlab.compare import Comparison, epoch_steps
+
+    monkeypatch.setenv("AGENTLAB_RUNS", str(tmp_path))
+    runs = []
+
+    def fake_sft(model, demos, folder, settings, save_at=(), init_adapter=None, **_):
+        runs.append((folder.name, settings.schedule, settings.steps, init_adapter is not None))
+        for s in save_at or ():
+            (folder / f"adapter-step-{s}").mkdir(parents=True)
+            (folder / f"adapter-step-{s}" / "adapter_config.json").write_text("{}")
+        if not save_at:
+            (folder / "adapter").mkdir(parents=True)
+
+    def fake_eval(self, folder, adapter, tasks, label):
+        steps = int(str(folder).rsplit("-", 1)[1])
+        success = steps / 8 if "cosine" in str(adapter) else 0.1  # cosine keeps rising with steps
+        return {"success": {"mean": success, "ci_low": 0.0, "ci_high": 1.0, "n": 4}}
+
+    monkeypatch.setattr(agentlab.train, "run_sft", fake_sft)
+    monkeypatch.setattr(Comparison, "evaluate", fake_eval)
+    cmp = Comparison(CompareConfig.smoke(name="sched", sft_lrs=(1e-3,), sft_schedules=("constant", "cosine"),
+                                         sft_extend=1))
+    choice = cmp.sft_search("sft_best", [], (1e-3,), [])
+    assert (choice["steps"], choice["schedule"], choice["at_edge"]) == (4, "cosine", True)
+    assert runs == [("lr=0.001", "constant", 2, False), ("lr=0.001-cosine", "cosine", 2, False),
+                    ("run-4", "cosine", 4, False)]  # the longer cosine point: trained from scratch
+    assert {(t["steps"], t.get("schedule", "constant")) for t in cmp.tried} == {
+        (1, "constant"), (2, "constant"), (1, "cosine"), (2, "cosine"), (4, "cosine")}
+    assert epoch_steps(8, 2, (0.5, 1)) == (2, 4) and epoch_steps(3, 2, (0.1,)) == (1,)
+    with pytest.raises(ValueError, match="sft_schedules"):
+        CompareConfig.of(sft_schedules=("warmup",))
 
 
 def test_expert_iteration_keeps_every_distinct_verified_success_once(tiny):
