@@ -322,3 +322,37 @@ def metric_groups(ax, policies: dict[str, dict], metrics: tuple[str, ...], title
     ax.set_ylabel("held-out mean (95% bootstrap CI)")
     ax.legend(fontsize=8)
     ax.set_title(title)
+
+
+def plot_pass_at_k(curves: dict[str, list[dict]], ax=None, title: str = ""):
+    """pass@k per policy (``evals.pass_at_k_curve``'s points), each with its 95% CI over tasks shaded: where two
+    policies' curves meet at large k, the better pass@1 is sharpening what both could sample."""
+    plt = _plt()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.5, 3.6))
+    for i, (label, points) in enumerate(curves.items()):
+        ks = [p["k"] for p in points]
+        ax.plot(ks, [p["mean"] for p in points], "o-", color=f"C{i % 10}", label=f"{label} ({points[0]['n']} tasks)")
+        ax.fill_between(ks, [p["ci_low"] for p in points], [p["ci_high"] for p in points], color=f"C{i % 10}",
+                        alpha=0.15)
+    ax.set(xlabel="k (samples per task)", ylabel="pass@k (unbiased), 95% CI", ylim=(-0.02, 1.02),
+           title=title or "pass@k")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_failures(breakdowns: dict[str, dict[str, int]], ax=None, title: str = ""):
+    """How each policy's episodes failed (``evals.failure_breakdown(...)["model"]``), one stacked bar per
+    policy: the kinds of failure a reader compares, where a printed dict hides them."""
+    plt = _plt()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.4))
+    kinds = sorted({k for b in breakdowns.values() for k in b})
+    bottom = [0] * len(breakdowns)
+    for i, kind in enumerate(kinds):
+        counts = [b.get(kind, 0) for b in breakdowns.values()]
+        ax.bar(list(breakdowns), counts, bottom=bottom, color=f"C{i % 10}", label=kind.replace("_", " "))
+        bottom = [x + c for x, c in zip(bottom, counts, strict=True)]
+    ax.set(ylabel="failed episodes", title=title or "how episodes failed")
+    ax.legend(fontsize=8)
+    return ax

@@ -22,22 +22,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, write_result
 
 
-def curve(samples: dict[str, list[float]], k: int) -> list[dict]:
-    """pass@j for j = 1..k from ``{task: [0/1 per sample]}`` (tasks with fewer than ``k`` samples are left out):
-    ``[{"k", "mean", "ci_low", "ci_high", "n"}]``.
-
-    >>> [round(p["mean"], 3) for p in curve({"a": [1, 0, 0, 0], "b": [0, 0, 0, 0]}, 4)]
-    [0.125, 0.25, 0.375, 0.5]
-    """
-    from agentlab.evals import mean_ci, pass_at_k
-
-    usable = {t: v for t, v in samples.items() if len(v) >= k}
-    return [{"k": j, **mean_ci([pass_at_k(len(v), int(sum(x >= 1.0 for x in v)), j) for v in usable.values()])}
-            for j in range(1, k + 1)]
-
-
 def main(argv=None) -> int:
-    from agentlab.evals import per_task, read_rollouts
+    from agentlab.evals import pass_at_k_curve, per_task, read_rollouts
     from agentlab.paths import runs_dir
     from agentlab.pipeline import evaluate
     from agentlab.rollout import EVAL_BATCH, LoopConfig
@@ -71,7 +57,7 @@ def main(argv=None) -> int:
               flush=True)
         evaluate(cfg["model"], cfg["env"], tasks, out, adapter=str(adapter), samples=a.k, greedy=False, loop=loop,
                  label=f"{arm} pass@k", seed=cfg.get("seed", 0), reuse=True)
-        entry["arms"][arm] = curve(per_task(read_rollouts(out / "rollouts.jsonl")[0]), a.k)
+        entry["arms"][arm] = pass_at_k_curve(per_task(read_rollouts(out / "rollouts.jsonl")[0]), a.k)
         first, last = entry["arms"][arm][0], entry["arms"][arm][-1]
         print(f"[pass@k] {arm}: pass@1 {first['mean']:.3f}, pass@{a.k} {last['mean']:.3f}", flush=True)
     path = RESULTS / "pass_at_k.json"

@@ -244,8 +244,10 @@ def test_pass_at_k_curve_is_the_unbiased_estimator_averaged_over_tasks(tmp_path,
     import pass_at_k
     import pytest
 
+    from agentlab.evals import pass_at_k_curve
+
     samples = {"a": [1, 0, 0, 0], "b": [0, 0, 0, 0], "c": [1, 1, 1, 1], "short": [1]}
-    points = pass_at_k.curve(samples, 4)
+    points = pass_at_k_curve(samples, 4)
     assert [p["k"] for p in points] == [1, 2, 3, 4] and all(p["n"] == 3 for p in points)
     assert points[0]["mean"] == (0.25 + 0 + 1) / 3 and points[-1]["mean"] == 2 / 3
     assert all(x["mean"] <= y["mean"] for x, y in itertools.pairwise(points))

@@ -46,3 +46,19 @@ def test_the_async_figure_shows_each_k_its_step_time_split_staleness_and_validat
     assert [round(b.get_height(), 1) for b in times.patches] == [6.0, 4.0, 1.0, 7.0]  # wait, then training, per K
     assert sorted(b.get_height() for b in stale.patches) == [1, 3]  # only K = 1 has stale steps
     assert [list(line.get_ydata()) for line in val.lines] == [[0.2, 0.4], [0.2, 0.4]]
+
+
+def test_pass_at_k_is_drawn_with_its_interval_and_failures_as_stacked_bars():
+    from agentlab.evals import pass_at_k_curve
+    from agentlab.plots import plot_failures, plot_pass_at_k
+
+    curves = {"sft": pass_at_k_curve({"a": [1, 0, 0, 0], "b": [0, 0, 0, 0], "c": [0, 1, 0, 0]}, 4),
+              "grpo": pass_at_k_curve({"a": [1, 1, 1, 0], "b": [0, 0, 0, 0], "c": [1, 1, 0, 1]}, 4)}
+    ax = plot_pass_at_k(curves)
+    assert [line.get_label() for line in ax.get_lines()] == ["sft (3 tasks)", "grpo (3 tasks)"]
+    assert len(ax.collections) == 2  # each curve's CI band
+    assert list(ax.get_lines()[1].get_ydata()) == [p["mean"] for p in curves["grpo"]]
+    ax = plot_failures({"sft": {"wrong_answer": 5, "off_form": 2}, "grpo": {"wrong_answer": 3}})
+    heights = {(bar.get_x(), round(bar.get_height())) for bar in ax.patches}
+    assert sorted(h for _, h in heights) == [0, 2, 3, 5]  # grpo's off-form bar is there, empty
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["off form", "wrong answer"]
