@@ -29,6 +29,18 @@ class SFTSettings:
     schedule: str = "constant"    # the learning rate over the run: "constant", or decaying to 0 ("cosine", "linear")
 
 
+def save_whole(model, path: Path) -> None:
+    """Save an adapter under a temporary name, then rename it: a kill mid-save leaves no folder that a resumed
+    search would take for a finished adapter (it checks for ``adapter_config.json``)."""
+    import shutil
+
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    shutil.rmtree(path, ignore_errors=True)
+    tmp.rename(path)
+
+
 def longest(rows: list[dict]) -> int:
     """SFT's ``max_length``: the longest tokenized demonstration, so no demonstration is cut (a fixed 2,048 cut
     doc_search's expert trajectories, up to ~3,300 tokens, at the end, where they curate and finish)."""
@@ -80,7 +92,7 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
             if due:
                 timed.append(state.global_step)
             if state.global_step in save_at or due:
-                model.save_pretrained(out_dir / f"adapter-step-{state.global_step}")
+                save_whole(model, out_dir / f"adapter-step-{state.global_step}")
                 saved.append(state.global_step)
             if max_seconds is not None and elapsed >= max_seconds:
                 control.should_training_stop = True
@@ -100,7 +112,7 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
     with scored_positions_only():
         trainer.train()
     adapter = out_dir / "adapter"
-    trainer.model.save_pretrained(adapter)
+    save_whole(trainer.model, adapter)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     (out_dir / "sft_summary.json").write_text(json.dumps(
         {"steps": trainer.state.global_step, "demos": len(demos), "seconds": time.time() - t0,
