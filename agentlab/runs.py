@@ -177,9 +177,10 @@ class RunDir:
         path = self.path / relative
         return json.loads(path.read_text()) if path.exists() else None
 
-    def checkpoints(self) -> list[Path]:
-        """Trainer checkpoints, oldest first; only complete ones: the Trainer writes ``trainer_state.json`` last, so a
-        checkpoint is complete when that file exists and parses (a kill mid-write leaves it torn)."""
-        root = self.path / "checkpoints"
+    def checkpoints(self, under: str = "checkpoints") -> list[Path]:
+        """Trainer checkpoints in ``under``, oldest first; only complete ones: the Trainer writes
+        ``trainer_state.json`` last, so a checkpoint is complete when that file exists and parses (a kill mid-write
+        leaves it torn)."""
+        root = self.path / under
         found = [p for p in root.glob("checkpoint-*") if _parses(p / "trainer_state.json")]
         return sorted(found, key=lambda p: int(p.name.split("-")[1]))

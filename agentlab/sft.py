@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,11 +30,12 @@ class SFTSettings:
     schedule: str = "constant"    # the learning rate over the run: "constant", or decaying to 0 ("cosine", "linear")
 
 
+CHECKPOINT_S = 300.0  # seconds between an SFT run's resume points (a long study's run loses at most this to a kill)
+
+
 def save_whole(model, path: Path) -> None:
     """Save an adapter under a temporary name, then rename it: a kill mid-save leaves no folder that a resumed
     search would take for a finished adapter (it checks for ``adapter_config.json``)."""
-    import shutil
-
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
@@ -71,6 +73,7 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
     _threads()
     from agentlab.synth import tokenize_demos
 
+    resumable = max_seconds is None and save_every_s is None
     model, tok = load_policy(model_name)
     if init_adapter is not None:
         from peft import PeftModel
@@ -81,7 +84,7 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
         output_dir=str(out_dir / "trainer"), max_steps=settings.steps, per_device_train_batch_size=settings.batch_size,
         learning_rate=settings.lr, lr_scheduler_type=settings.schedule, warmup_steps=0, logging_steps=1,
         # Our pre-tokenized rows carry ``assistant_masks``, which SFTTrainer always applies: assistant-only loss.
-        assistant_only_loss=False, save_strategy="no", report_to=list(report_to), seed=settings.seed,
+        assistant_only_loss=False, save_strategy="no", save_total_limit=1, report_to=list(report_to), seed=settings.seed,
         use_cpu=not _cuda(), gradient_checkpointing=False, max_length=longest(rows), dataloader_num_workers=0,
         disable_tqdm=False, bf16=_bf16(settings.precision))
 
@@ -96,6 +99,9 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
                 saved.append(state.global_step)
             if max_seconds is not None and elapsed >= max_seconds:
                 control.should_training_stop = True
+            elif resumable and time.time() - last_checkpoint[0] >= CHECKPOINT_S:
+                control.should_save = True  # the Trainer's checkpoint (adapter, optimiser, data position, RNG)
+                last_checkpoint[0] = time.time()
 
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
                          peft_config=None if init_adapter is not None else lora_config(settings.lora_r),
@@ -109,10 +115,16 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
         if trainer.pop_callback(NotebookProgressCallback) is not None:
             trainer.add_callback(ProgressCallback)
     t0, saved, timed = time.time(), [], []
+    last_checkpoint = [t0]
+    # A run with no time budget resumes from its last checkpoint after a kill (a budgeted one restarts: its clock
+    # would not survive the kill). Checkpoints are the Trainer's own, every CHECKPOINT_S, the last one kept.
+    checkpoints = RunDir(out_dir).checkpoints("trainer") if resumable else []
     with scored_positions_only():
-        trainer.train()
+        trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
     adapter = out_dir / "adapter"
     save_whole(trainer.model, adapter)
+    for done in (out_dir / "trainer").glob("checkpoint-*"):  # the run is whole: its resume points are not needed
+        shutil.rmtree(done, ignore_errors=True)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     (out_dir / "sft_summary.json").write_text(json.dumps(
         {"steps": trainer.state.global_step, "demos": len(demos), "seconds": time.time() - t0,

@@ -488,3 +488,46 @@ def test_start_eval_is_read_back_only_when_it_is_step_zeros_own(tmp_path):
     older = {k if k != "engine" else "backend": v for k, v in asdict(loop).items()}  # a summary from before the rename
     (folder / "summary.json").write_text(json.dumps({"samples": 1, "loop": older, **summarize(episodes)}))
     assert reuse_start_eval(folder, exp, tasks, RunDir(tmp_path / "grpo-older"))
+
+
+def test_an_sft_run_killed_midway_resumes_from_its_checkpoint_to_the_same_adapter(tmp_path, monkeypatch):
+    """A long study's SFT run keeps resume points (the Trainer's own checkpoint: adapter, optimiser, data position,
+    RNG); killed after step 2 of 4 and started again, it ends where an uninterrupted run ends, and leaves no
+    resume point behind once whole."""
+    import torch
+    from safetensors.torch import load_file
+    from trl import SFTTrainer
+
+    from agentlab import sft
+    from agentlab.train import SFTSettings, run_sft
+
+    spec = load("lookup")
+    demos = expert_demos(spec, spec.make_tasks("train", 8, seed=0))
+    settings = SFTSettings(steps=4, batch_size=2, lr=1e-3, seed=0, precision="fp32")
+    whole = run_sft("tiny-random", demos, tmp_path / "whole", settings)
+    monkeypatch.setattr(sft, "CHECKPOINT_S", 0.0)  # a resume point after every step
+    original, calls = SFTTrainer.training_step, [0]
+
+    def killed_at_step_3(self, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 3:
+            raise RuntimeError("killed")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SFTTrainer, "training_step", killed_at_step_3)
+    with pytest.raises(RuntimeError, match="killed"):
+        run_sft("tiny-random", demos, tmp_path / "cut", settings)
+    assert [p.name for p in RunDir(tmp_path / "cut").checkpoints("trainer")] == ["checkpoint-2"]
+    after = [0]
+
+    def counted(self, *args, **kwargs):
+        after[0] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SFTTrainer, "training_step", counted)
+    resumed = run_sft("tiny-random", demos, tmp_path / "cut", settings)
+    assert after[0] == 2  # steps 3 and 4 only: it resumed, it did not start again
+    assert json.loads((tmp_path / "cut" / "sft_summary.json").read_text())["steps"] == 4
+    a, b = load_file(whole / "adapter_model.safetensors"), load_file(resumed / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    assert not list((tmp_path / "cut" / "trainer").glob("checkpoint-*"))
