@@ -110,10 +110,26 @@ def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str
     else:
         from agentlab.models import load_policy
 
+        rollouts = Path(out_dir) / "rollouts.jsonl"
+        interrupted = greedy and samples == 1 and not (Path(out_dir) / "summary.json").exists()  # else: run anew
+        done = finished_episodes(rollouts, tasks, model_id) if interrupted else []
+        todo = [t for t in tasks if t.id not in {ep.task.id for ep in done}]
+        if done:
+            print(f"{label or env}: {len(done)} of {len(tasks)} episodes read back from an interrupted evaluation; "
+                  f"{len(todo)} to go", flush=True)
         model, tok = load_policy(model_name, adapter=adapter)
-        episodes = evaluate_model(model, tok, spec, tasks, Path(out_dir) / "rollouts.jsonl", loop, samples=samples,
-                                  greedy=greedy, seed=seed, model_id=model_id, config_id=label, progress=True,
-                                  generate_fn=engine(model, tok, loop, greedy, seed) if engine else None)
+        episodes = done + (evaluate_model(
+            model, tok, spec, todo, rollouts, loop, append=bool(done), samples=samples, greedy=greedy, seed=seed,
+            model_id=model_id, config_id=label, progress=True,
+            generate_fn=engine(model, tok, loop, greedy, seed) if engine else None) if todo else [])
+        if done:  # in task order, each group numbered as one uninterrupted run numbers it
+            from agentlab.runs import write_jsonl
+
+            position = {t.id: g for g, t in enumerate(tasks)}
+            episodes.sort(key=lambda ep: position[ep.task.id])
+            for ep in episodes:
+                ep.group = position[ep.task.id]
+            write_jsonl(rollouts, [json.loads(ep.to_json()) for ep in episodes])
     summary = {"label": label, "model": model_name, "adapter": recorded, "env": env, "samples": samples,
                "greedy": greedy, "loop": dataclasses.asdict(loop), "seconds": time.time() - t0,
                "workers": max(workers, 1), **summarize(episodes)}
@@ -205,10 +221,30 @@ def _evaluate_shard(model_name, adapter, env, tasks, path, loop, samples, greedy
                               model_id=model_id, config_id=label))
 
 
-def evaluate_model(model, tok, spec, tasks: list, rollouts_file: Path, loop, **episode_kwargs) -> list:
+def finished_episodes(rollouts: Path, tasks: list, model_id: str) -> list:
+    """The greedy episodes an interrupted evaluation of ``model_id`` on ``tasks`` already wrote to ``rollouts``
+    (a torn last line dropped), the file rewritten to hold just those, so the rest is appended after them.
+
+    Why resume at all: a doc_search test split is about an hour of 2-core CPU, and a session's end used to throw
+    it away. What it costs: the remaining episodes are decoded in other batches than an uninterrupted run's, so a
+    greedy near-tie can go the other way in a few of them (the same caveat as batch composition anywhere)."""
+    from agentlab.evals import read_rollouts
+    from agentlab.runs import write_jsonl
+
+    if not rollouts.exists():
+        return []
+    wanted = {t.id for t in tasks}
+    done = [ep for ep in read_rollouts(rollouts)[0] if ep.task.id in wanted and ep.model_id == model_id]
+    write_jsonl(rollouts, [json.loads(ep.to_json()) for ep in done])
+    return done
+
+
+def evaluate_model(model, tok, spec, tasks: list, rollouts_file: Path, loop, append: bool = False,
+                   **episode_kwargs) -> list:
     """A loaded policy on ``tasks`` with the shared loop, in eval mode and without gradients, each episode written
-    to ``rollouts_file`` as it ends; the model's train/eval mode comes back afterwards. The one evaluation core of
-    :func:`evaluate` (a model by name, into a folder) and of training's checkpoint evaluations."""
+    to ``rollouts_file`` as it ends (after what it holds, with ``append``); the model's train/eval mode comes back
+    afterwards. The one evaluation core of :func:`evaluate` (a model by name, into a folder) and of training's
+    checkpoint evaluations."""
     import torch
 
     from agentlab.rollout import run_episodes
@@ -219,7 +255,7 @@ def evaluate_model(model, tok, spec, tasks: list, rollouts_file: Path, loop, **e
     rollouts_file.parent.mkdir(parents=True, exist_ok=True)
     episode_kwargs.setdefault("progress", False)
     try:
-        with torch.no_grad(), open(rollouts_file, "w") as fh:
+        with torch.no_grad(), open(rollouts_file, "a" if append else "w") as fh:
             return run_episodes(model, tok, spec, tasks, config=loop, out=fh, **episode_kwargs)
     finally:
         if was_training:

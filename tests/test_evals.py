@@ -244,3 +244,31 @@ def test_an_evaluation_split_over_processes_writes_what_one_process_writes(tmp_p
     assert [e.tokens["completion_ids"] for e in b] == [e.tokens["completion_ids"] for e in a]
     assert (one["workers"], two["workers"], two["success"]["n"]) == (1, 2, 5)
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["rollouts.jsonl", "summary.json", "summary.png"]
+
+
+def test_an_interrupted_greedy_evaluation_resumes_with_the_episodes_it_wrote(tmp_path, capsys):
+    """A kill mid-evaluation (here: the file cut after three episodes, the fourth torn, no summary) costs only the
+    episodes not yet written: they are read back, the rest decoded, and the file ends as an uninterrupted run's
+    (every task once, in task order, groups numbered alike)."""
+    from agentlab.evals import read_rollouts
+    from agentlab.pipeline import evaluate
+    from agentlab.rollout import LoopConfig
+
+    spec = load("lookup")
+    tasks = spec.make_tasks("test", 6, seed=3)
+    loop = LoopConfig(max_turns=2, max_new_tokens=8, temperature=0.0, precision="fp32")
+    whole = evaluate("tiny-random", "lookup", tasks, tmp_path / "whole", loop=loop, workers=1)
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    lines = (tmp_path / "whole" / "rollouts.jsonl").read_text().splitlines()
+    (cut / "rollouts.jsonl").write_text("\n".join(lines[:3]) + "\n" + lines[3][:40])
+    capsys.readouterr()
+    resumed = evaluate("tiny-random", "lookup", tasks, cut, loop=loop, workers=1)
+    assert "3 of 6 episodes read back" in capsys.readouterr().out
+    a, b = (read_rollouts(d / "rollouts.jsonl")[0] for d in (tmp_path / "whole", cut))
+    assert [(e.task.id, e.group) for e in b] == [(t.id, g) for g, t in enumerate(tasks)] == [(e.task.id, e.group)
+                                                                                               for e in a]
+    assert resumed["success"]["n"] == whole["success"]["n"] == 6
+    assert [e.tokens["completion_ids"] for e in b[:3]] == [e.tokens["completion_ids"] for e in a[:3]]
+    evaluate("tiny-random", "lookup", tasks[:2], cut, loop=loop, workers=1)  # a finished folder: evaluated anew
+    assert "read back" not in capsys.readouterr().out and len(read_rollouts(cut / "rollouts.jsonl")[0]) == 2
