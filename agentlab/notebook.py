@@ -6,8 +6,9 @@
 What it quiets, and why: transformers' and TRL's deprecation notices (``FutureWarning``) and TRL's
 experimental-feature warning say nothing about the lesson and carry the maker's absolute site-packages paths;
 the progress bars of transformers' weight loading and of datasets' ``map``/``filter`` are widgets that a code host
-shows as "0%| | 0/272". Our own progress (episodes, training steps) still prints, and every path we print is
-relative to the repository (:func:`agentlab.paths.shown`). Warnings raised by agentlab itself are never hidden.
+shows as "0%| | 0/272"; an SFT run prints one summary line instead of the Trainer's bar (notebook 04 trains a
+dozen). Our own progress (episodes, GRPO steps) still shows, and every path we print is relative to the repository
+(:func:`agentlab.paths.shown`). Warnings raised by agentlab itself are never hidden.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ QUIET_ENV = {
     "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",    # datasets' map/filter bars (SFTTrainer's tokenising)
     "TOKENIZERS_PARALLELISM": "false",           # the fork warning of tokenizers
     "TRL_EXPERIMENTAL_SILENCE": "1",             # TRL's own switch for its experimental-feature notices
+    "AGENTLAB_NOTEBOOK": "1",                    # an SFT run prints one summary line instead of the Trainer's bar
 }
 QUIET_WARNINGS = (  # (category, module regex, message regex): only the libraries' notices, never ours
     (FutureWarning, r"(transformers|trl|torch|peft|accelerate)(\.|$)", ""),

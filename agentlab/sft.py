@@ -33,6 +33,13 @@ class SFTSettings:
 CHECKPOINT_S = 300.0  # seconds between an SFT run's resume points (a long study's run loses at most this to a kill)
 
 
+def _in_notebook() -> bool:
+    """Whether ``agentlab.notebook.setup_notebook`` ran in this process (the tutorial's kernels)."""
+    import os
+
+    return os.environ.get("AGENTLAB_NOTEBOOK") == "1"
+
+
 def save_whole(model, path: Path) -> None:
     """Save an adapter under a temporary name, then rename it: a kill mid-save leaves no folder that a resumed
     search would take for a finished adapter (it checks for ``adapter_config.json``)."""
@@ -86,7 +93,7 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
         # Our pre-tokenized rows carry ``assistant_masks``, which SFTTrainer always applies: assistant-only loss.
         assistant_only_loss=False, save_strategy="no", save_total_limit=1, report_to=list(report_to), seed=settings.seed,
         use_cpu=not _cuda(), gradient_checkpointing=False, max_length=longest(rows), dataloader_num_workers=0,
-        disable_tqdm=False, bf16=_bf16(settings.precision))
+        disable_tqdm=_in_notebook(), bf16=_bf16(settings.precision))
 
     class Checkpoints(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, **kw):
@@ -123,9 +130,12 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
         trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
     adapter = out_dir / "adapter"
     save_whole(trainer.model, adapter)
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    if _in_notebook():  # one line a run where a script shows the Trainer's bar (notebook 04 trains a dozen runs)
+        print(f"SFT {out_dir.name}: {trainer.state.global_step} steps at lr {settings.lr:g}, loss {losses[0]:.3f} -> "
+              f"{losses[-1]:.3f}, {time.time() - t0:.0f} s", flush=True)
     for done in (out_dir / "trainer").glob("checkpoint-*"):  # the run is whole: its resume points are not needed
         shutil.rmtree(done, ignore_errors=True)
-    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     (out_dir / "sft_summary.json").write_text(json.dumps(
         {"steps": trainer.state.global_step, "demos": len(demos), "seconds": time.time() - t0,
          "loss_first": losses[0], "loss_last": losses[-1], "losses": losses, "settings": asdict(settings),

@@ -531,3 +531,14 @@ def test_an_sft_run_killed_midway_resumes_from_its_checkpoint_to_the_same_adapte
     a, b = load_file(whole / "adapter_model.safetensors"), load_file(resumed / "adapter_model.safetensors")
     assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     assert not list((tmp_path / "cut" / "trainer").glob("checkpoint-*"))
+
+
+def test_in_a_notebook_an_sft_run_prints_one_line_not_a_bar(tmp_path, monkeypatch, capsys):
+    from agentlab.train import SFTSettings, run_sft
+
+    monkeypatch.setenv("AGENTLAB_NOTEBOOK", "1")  # what setup_notebook sets
+    spec = load("lookup")
+    run_sft("tiny-random", expert_demos(spec, spec.make_tasks("train", 4, seed=0)), tmp_path / "nb-sft",
+            SFTSettings(steps=2, precision="fp32"))
+    said = capsys.readouterr()
+    assert "SFT nb-sft: 2 steps at lr 0.001, loss " in said.out and "it/s" not in said.err + said.out
