@@ -9,6 +9,17 @@ from __future__ import annotations
 from agentlab.plots import RUN_METRICS, _plt
 
 
+def _empty_panel(metric: str, points: list, config: dict) -> str:
+    """Why a diagnostic has nothing to show, or "" when it has."""
+    if metric == "kl" and not config.get("beta"):
+        return "β = 0: no reference model,\nso no KL to log"
+    if not points:
+        return "not logged"
+    if metric == "clip_ratio" and not any(v for _, v in points):
+        return "0 at every step: one update per\ngeneration, so the ratio is 1\n(nothing to clip)"
+    return ""
+
+
 def plot_objective(run: dict, episodes: list, fig=None):
     """What GRPO's objective did in one run (``agentlab.sweeps.load_run``), on TRL's own diagnostics and the
     run's training rollouts: gradient norm, KL, clipped-token share, entropy and completion length per step; the
@@ -23,8 +34,10 @@ def plot_objective(run: dict, episodes: list, fig=None):
         points = [(m["step"], m[metric]) for m in run["metrics"] if m.get(metric) is not None]
         if points:
             ax.plot(*zip(*points, strict=True), ".-")
-        else:
-            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="grey")
+        why = _empty_panel(metric, points, run["config"])
+        if why:  # a blank or flat panel says why, instead of leaving the reader to guess
+            ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, color="grey", fontsize=8,
+                    wrap=True)
         ax.set(xlabel="GRPO step", title=RUN_METRICS[metric].split(" (")[0], ylabel=RUN_METRICS[metric])
         ax.yaxis.label.set_size(7)
     scaling = run["config"].get("scale_rewards", "group")

@@ -28,7 +28,11 @@ def test_the_objective_figure_shows_that_group_scaling_enlarges_a_small_bonus():
     by_std, plain = (c.get_offsets().data.ravel().tolist() for c in scaling.collections)
     assert by_std == pytest.approx([0.1, 0.7071, 1.0, 0.7071], abs=1e-3)  # (spread, mean |advantage|) per group
     assert plain == pytest.approx([0.1, 0.05, 1.0, 0.5])
-    assert fig.axes[1].texts[0].get_text() == "not logged"  # no KL without a reference model (β = 0)
+    assert fig.axes[1].texts[0].get_text().startswith("β = 0: no reference model")  # a blank panel says why
+    assert "ratio is 1" in fig.axes[2].texts[0].get_text()  # and a flat one: one update per generation, no clipping
+    assert not fig.axes[0].texts  # a panel with something to show carries no note
+    run["metrics"][0]["clip_ratio"] = 0.02
+    assert not plot_objective(run, episodes).axes[2].texts
     assert fig.axes[6].patches  # tool calls per episode drawn
 
 
