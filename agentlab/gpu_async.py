@@ -132,8 +132,9 @@ def model_path(model: str, init_adapter: str | Path | None, out: Path, load_fn=N
 
 
 def build_async_trainer(exp: Experiment, train_tasks: list[Task], model_path: str | Path, tok, output_dir: Path,
-                        url: str, **injected):
-    """TRL's ``AsyncGRPOTrainer`` for ``exp`` on our environment and tasks. ``injected``: ``rollout_worker`` /
+                        url: str, config: dict | None = None, **injected):
+    """TRL's ``AsyncGRPOTrainer`` for ``exp`` on our environment and tasks. ``config``: ``AsyncGRPOConfig``
+    overrides (the recipe's bf16 and gradient checkpointing); ``injected``: ``rollout_worker`` /
     ``weight_transfer`` stand-ins (TRL's own injection points, for tests)."""
     from datasets import Dataset
     from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
@@ -151,7 +152,8 @@ def build_async_trainer(exp: Experiment, train_tasks: list[Task], model_path: st
                          f"define the class at module level in an importable module") from None
     renderer = Renderer(tok, spec.env_class)
     rows = [{"prompt": renderer.messages(t), "task": t.to_json()} for t in train_tasks]
-    return AsyncGRPOTrainer(model=str(model_path), args=AsyncGRPOConfig(**async_kwargs(exp, output_dir, url)),
+    return AsyncGRPOTrainer(model=str(model_path), args=AsyncGRPOConfig(**async_kwargs(exp, output_dir, url,
+                                                                                  **(config or {}))),
                             train_dataset=Dataset.from_list(rows), processing_class=tok, environment_factory=factory,
                             peft_config=lora_config(exp.lora_r), **injected)
 
@@ -170,7 +172,8 @@ def run_async_grpo(exp: Experiment, train_tasks: list[Task], run: RunDir, traine
                 overwrite=overwrite, defaults=Experiment().to_config())
     base = model_path(exp.model, init_adapter, run.path / "base", load_fn)  # the SFT start merged in, if any
     tok = AutoTokenizer.from_pretrained(base)
-    trainer = build_async_trainer(exp, train_tasks, base, tok, run.path / "checkpoints", url)
+    recipe = {k: trainer_overrides[k] for k in ("bf16", "gradient_checkpointing") if k in trainer_overrides}
+    trainer = build_async_trainer(exp, train_tasks, base, tok, run.path / "checkpoints", url, config=recipe)
     checkpoints = [] if overwrite else run.checkpoints()
     trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
     trainer.model.save_pretrained(run.path / "adapter")
