@@ -241,11 +241,35 @@ def test_prefix_cached_generation_matches_uncached_token_for_token(tiny):
     assert cached(turn2) == plain(turn2)
 
 
+def _agree_but_for_ties(model, seqs, got, want, precision):
+    """``got`` are ``want``'s tokens, except that in bf16 a row may part from them where two tokens tie: at its first
+    differing position both tokens' bf16 logits (uncached, one row alone) lie within two bf16 steps of each other.
+    Keys computed one token at a time and keys prefilled in one call round differently in bf16 (AMX kernels pick
+    different blocking by shape), so a tie may break either way; fp32 has no such slack. Seen on an AMX Xeon: two
+    tokens at 7.125 each."""
+    import torch
+
+    from agentlab.engines.weights import for_generation
+
+    if precision == "fp32":
+        assert got == want
+        return
+    decoder = for_generation(model, precision)
+    for seq, a, b in zip(seqs, got, want, strict=True):
+        i = next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), None)
+        if i is None:
+            continue
+        with torch.no_grad():
+            logits = decoder(input_ids=torch.tensor([seq + b[:i]])).logits[0, -1].float()
+        step = 2.0 ** (torch.floor(torch.log2(logits.abs().max())) - 7)  # one bf16 step at the top logit's size
+        assert abs(logits[a[i]] - logits[b[i]]) <= 2 * step, (i, logits[a[i]].item(), logits[b[i]].item())
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_rows_reused_across_turns_match_uncached_decoding(tiny, precision):
     """A row that extends its last call's tokens starts from its kept keys and values (only its new tokens are
     prefilled), beside a row that starts fresh, over three turns of different-length tool replies: the same
-    tokens as decoding without any cache, and the reuse really happened."""
+    tokens as decoding without any cache (in bf16, but for ties), and the reuse really happened."""
     from agentlab.engines.torch import hf_generate_fn
 
     model, tok = _contextual(tiny)
@@ -260,13 +284,13 @@ def test_rows_reused_across_turns_match_uncached_decoding(tiny, precision):
 
     seqs = [renderer.prompt_ids(t) for t in tasks[:3]]
     out = reused(seqs)
-    assert out == plain(seqs)
+    _agree_but_for_ties(model, seqs, out, plain(seqs), precision)
     seqs = [seqs[0] + out[0] + reply("Ada Vell | lives in Oslo"), renderer.prompt_ids(tasks[3]),
             seqs[2] + out[2] + reply("no match")]
     out = reused(seqs)
-    assert out == plain(seqs)
+    _agree_but_for_ties(model, seqs, out, plain(seqs), precision)
     seqs = [seqs[0] + out[0] + reply("no match"), seqs[2] + out[2] + reply("Bo Lind | born 1970 | lives in Rome")]
-    assert reused(seqs) == plain(seqs)
+    _agree_but_for_ties(model, seqs, reused(seqs), plain(seqs), precision)
     assert reused.stats["rows_reused"] == 4 and reused.stats["rows"] == 8
     assert reused.stats["tokens_reused"] > reused.stats["tokens_prefilled"] / 2
 
