@@ -95,6 +95,7 @@ HOMES = {
     "fbeta": "agentlab.rewards",
     "off_form_calls": "agentlab.rewards",
     "save_reward": "agentlab.rewards",
+    "load_reward": "agentlab.rewards",
     # agentlab.rollout
     "LoopConfig": "agentlab.rollout",
     "run_episodes": "agentlab.rollout",
