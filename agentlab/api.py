@@ -79,6 +79,7 @@ HOMES = {
     "plot_seeds": "agentlab.plots",
     "plot_training": "agentlab.plots",
     "success_bars": "agentlab.plots",
+    "metric_groups": "agentlab.plots",
     # agentlab.quickstart
     "QuickstartConfig": "agentlab.quickstart",
     "seed_spread": "agentlab.quickstart",
