@@ -79,6 +79,7 @@ HOMES = {
     "plot_seeds": "agentlab.plots",
     "plot_training": "agentlab.plots",
     "success_bars": "agentlab.plots",
+    "metric_groups": "agentlab.plots",
     # agentlab.quickstart
     "QuickstartConfig": "agentlab.quickstart",
     "seed_spread": "agentlab.quickstart",
@@ -95,6 +96,7 @@ HOMES = {
     "fbeta": "agentlab.rewards",
     "off_form_calls": "agentlab.rewards",
     "save_reward": "agentlab.rewards",
+    "load_reward": "agentlab.rewards",
     # agentlab.rollout
     "LoopConfig": "agentlab.rollout",
     "run_episodes": "agentlab.rollout",
