@@ -78,9 +78,17 @@ def cell_seconds(nb) -> list[tuple[int, float, str]]:
     return out
 
 
-def record_timings(path: str | Path, machine: str | None = None, timings: str | Path | None = None) -> dict:
+READ_BACK = 0.5  # a run under this share of the recorded one read earlier runs' folders back: not a new whole-run time
+
+
+def record_timings(path: str | Path, machine: str | None = None, timings: str | Path | None = None,
+                   fresh: bool | None = None) -> dict:
     """Write an executed notebook's minutes and slow cells into ``timings`` under its machine class (default: this
-    machine's, ``agentlab.machine.cpu_class``); return the entry."""
+    machine's, ``agentlab.machine.cpu_class``); return the entry.
+
+    Notebooks read finished run folders back instead of redoing them, so a second run may take a minute where the
+    first took twenty. Such a run (``fresh=False``; ``None``: under ``READ_BACK`` of the recorded minutes) keeps the
+    recorded whole-run entry and adds its own minutes to it as ``read_back_minutes``: the header says both."""
     import nbformat
 
     from agentlab.machine import cpu_class, describe
@@ -93,7 +101,14 @@ def record_timings(path: str | Path, machine: str | None = None, timings: str | 
              "slow": [[i, s, line] for i, s, line in cells if s >= SLOW_S],
              "date": date.today().isoformat(), "commit": describe().get("commit")}
     table = json.loads(timings.read_text()) if timings.exists() else {}
-    table.setdefault(path.stem, {})[machine or cpu_class()] = entry
+    row, cls = table.setdefault(path.stem, {}), machine or cpu_class()
+    recorded = row.get(cls)
+    if fresh is None:
+        fresh = recorded is None or entry["minutes"] >= READ_BACK * recorded["minutes"]
+    if fresh:
+        row[cls] = entry
+    elif recorded is not None:
+        entry = row[cls] = {**recorded, "read_back_minutes": entry["minutes"], "read_back_date": entry["date"]}
     timings.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
     return entry
 
@@ -115,7 +130,9 @@ def notebook_header(stem: str, reads: str = "", timings: str | Path | None = Non
     ``record_timings`` after a real execution), never typed."""
     timings = Path(timings or TIMINGS)
     table = json.loads(timings.read_text()).get(stem, {}) if timings.exists() else {}
-    timed = [f"**{_minutes(e['minutes'])}** on {cls} ({e['date']})" for cls, e in sorted(table.items())]
+    timed = [f"**{_minutes(e['minutes'])}** on {cls} ({e['date']})"
+             + (f", {_minutes(e['read_back_minutes'])} when its run folders are read back" if "read_back_minutes" in e
+                else "") for cls, e in sorted(table.items())]
     untimed = [cls for cls in CLASSES if cls not in table]
     parts = ["> **Time, measured:** " + ("; ".join(timed) if timed else "not timed yet")
              + (f"; not timed on {', '.join(untimed)} (expect several times longer on avx2, fp32)" if untimed else "")

@@ -34,6 +34,20 @@ def test_minutes_and_slow_cells_come_from_the_execution_stamps(tmp_path):
     assert "not timed yet" in notebook_header("99_none", timings=timings)
 
 
+def test_a_run_that_reads_finished_folders_back_keeps_the_whole_run_time(tmp_path):
+    timings = tmp_path / "timings.json"
+    record_timings(_executed(tmp_path, [1080.0]), machine="amx", timings=timings)           # 18 min from scratch
+    entry = record_timings(_executed(tmp_path, [40.0]), machine="amx", timings=timings)     # read back: 0.7 min
+    assert entry["minutes"] == 18.0 and entry["read_back_minutes"] == 0.7
+    assert json.loads(timings.read_text())["07_demo"]["amx"] == entry
+    header = notebook_header("07_demo", timings=timings)
+    assert "**18 min** on amx" in header and "under a minute when its run folders are read back" in header
+    record_timings(_executed(tmp_path, [700.0]), machine="amx", timings=timings)            # a real rerun, slower box
+    assert json.loads(timings.read_text())["07_demo"]["amx"]["minutes"] == 11.7
+    record_timings(_executed(tmp_path, [60.0]), machine="amx", timings=timings, fresh=True)  # said to be whole
+    assert json.loads(timings.read_text())["07_demo"]["amx"]["minutes"] == 1.0
+
+
 def test_execute_runs_the_notebook_and_renders_its_header_from_that_run(tmp_path, monkeypatch):
     from agentlab import notebook
 
