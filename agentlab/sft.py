@@ -37,7 +37,9 @@ def _in_notebook() -> bool:
     """Whether ``agentlab.notebook.setup_notebook`` ran in this process (the tutorial's kernels)."""
     import os
 
-    return os.environ.get("AGENTLAB_NOTEBOOK") == "1"
+    from agentlab.notebook import QUIET_ENV
+
+    return os.environ.get("AGENTLAB_NOTEBOOK") == QUIET_ENV["AGENTLAB_NOTEBOOK"]
 
 
 def save_whole(model, path: Path) -> None:
