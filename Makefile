@@ -68,10 +68,11 @@ test: setup browser setup-llamacpp setup-examples
 	$(PY) -m pytest -q -n 2 --durations=15
 
 # Re-execute notebooks for real, in place (make notebooks NB="00 01"; default: all), each header re-rendered from
-# the minutes this run took on this machine class (notebooks/timings.json, agentlab.notebook.execute).
+# the minutes this run took on this machine class (notebooks/timings.json, agentlab.notebook.execute); READ_BACK=1
+# says the run read finished run folders back, so its minutes go beside the whole-run ones, not over them.
 NB ?= 00 01 02 03 04 05 06 07 08 09 10
 notebooks: setup setup-examples
-	$(PY) -m agentlab.notebook $(foreach n,$(NB),$(wildcard notebooks/$(n)_*.ipynb))
+	$(PY) -m agentlab.notebook $(if $(READ_BACK),--read-back) $(foreach n,$(NB),$(wildcard notebooks/$(n)_*.ipynb))
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow

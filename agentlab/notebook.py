@@ -78,7 +78,7 @@ def cell_seconds(nb) -> list[tuple[int, float, str]]:
     return out
 
 
-READ_BACK = 0.5  # a run under this share of the recorded one read earlier runs' folders back: not a new whole-run time
+READ_BACK_SHARE = 0.5  # a run under this share of the recorded one read earlier runs' folders back: not a new whole-run time
 
 
 def record_timings(path: str | Path, machine: str | None = None, timings: str | Path | None = None,
@@ -87,7 +87,7 @@ def record_timings(path: str | Path, machine: str | None = None, timings: str | 
     machine's, ``agentlab.machine.cpu_class``); return the entry.
 
     Notebooks read finished run folders back instead of redoing them, so a second run may take a minute where the
-    first took twenty. Such a run (``fresh=False``; ``None``: under ``READ_BACK`` of the recorded minutes) keeps the
+    first took twenty. Such a run (``fresh=False``; ``None``: under ``READ_BACK_SHARE`` of the recorded minutes) keeps the
     recorded whole-run entry and adds its own minutes to it as ``read_back_minutes``: the header says both."""
     import nbformat
 
@@ -104,7 +104,7 @@ def record_timings(path: str | Path, machine: str | None = None, timings: str | 
     row, cls = table.setdefault(path.stem, {}), machine or cpu_class()
     recorded = row.get(cls)
     if fresh is None:
-        fresh = recorded is None or entry["minutes"] >= READ_BACK * recorded["minutes"]
+        fresh = recorded is None or entry["minutes"] >= READ_BACK_SHARE * recorded["minutes"]
     if fresh:
         row[cls] = entry
     elif recorded is not None:
@@ -149,11 +149,15 @@ def notebook_header(stem: str, reads: str = "", timings: str | Path | None = Non
     return _Markdown(" ".join(parts))
 
 
-def execute(path: str | Path, timeout: int = 3600) -> dict:
+def execute(path: str | Path, timeout: int = 3600, fresh: bool | None = None) -> dict:
     """Run a notebook top to bottom in place (from its own folder), record its minutes (:func:`record_timings`), and
     render its header cell again from them, so the header states the run it sits on. Returns the timing entry.
 
         python -m agentlab.notebook notebooks/00_quickstart.ipynb ...      # make notebooks NB="00 01"
+        python -m agentlab.notebook --read-back notebooks/08_*.ipynb       # make notebooks NB=08 READ_BACK=1
+
+    ``fresh``: as :func:`record_timings` (``False``, ``--read-back``: the run read earlier run folders back, so its
+    minutes are recorded beside the whole-run ones, not instead of them).
     """
     import ast
 
@@ -164,7 +168,7 @@ def execute(path: str | Path, timeout: int = 3600) -> dict:
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=timeout, record_timing=True, resources={"metadata": {"path": str(path.parent)}}).execute()
     nbformat.write(nb, path)
-    entry = record_timings(path)
+    entry = record_timings(path, fresh=fresh)
     for cell in nb.cells:
         if cell.cell_type == "code" and "notebook_header(" in cell.source:
             call = ast.parse(cell.source).body[-1].value  # notebook_header("<stem>", reads="…"): literal arguments
@@ -179,5 +183,7 @@ def execute(path: str | Path, timeout: int = 3600) -> dict:
 if __name__ == "__main__":
     import sys
 
-    for arg in sys.argv[1:]:
-        print(arg, execute(arg), flush=True)
+    args = sys.argv[1:]
+    read_back = "--read-back" in args
+    for arg in [a for a in args if a != "--read-back"]:
+        print(arg, execute(arg, fresh=False if read_back else None), flush=True)
