@@ -34,7 +34,8 @@ CHECKPOINT_S = 300.0  # seconds between an SFT run's resume points (a long study
 
 
 def _in_notebook() -> bool:
-    """Whether ``agentlab.notebook.setup_notebook`` ran in this process (the tutorial's kernels)."""
+    """Whether ``agentlab.notebook.setup_notebook`` ran in this process (the tutorial's kernels): its ``QUIET_ENV``
+    sets this variable (read here by name: ``notebook`` sits a layer above ``sft``)."""
     import os
 
     from agentlab.notebook import QUIET_ENV
