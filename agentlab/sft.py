@@ -38,9 +38,7 @@ def _in_notebook() -> bool:
     sets this variable (read here by name: ``notebook`` sits a layer above ``sft``)."""
     import os
 
-    from agentlab.notebook import QUIET_ENV
-
-    return os.environ.get("AGENTLAB_NOTEBOOK") == QUIET_ENV["AGENTLAB_NOTEBOOK"]
+    return os.environ.get("AGENTLAB_NOTEBOOK") == "1"
 
 
 def save_whole(model, path: Path) -> None:
