@@ -78,7 +78,8 @@ def cell_seconds(nb) -> list[tuple[int, float, str]]:
     return out
 
 
-READ_BACK_SHARE = 0.5  # a run under this share of the recorded one read earlier runs' folders back: not a new whole-run time
+# A run under this share of the recorded minutes read earlier runs' folders back: not a new whole-run time.
+READ_BACK_SHARE = 0.5
 
 
 def record_timings(path: str | Path, machine: str | None = None, timings: str | Path | None = None,
@@ -87,8 +88,9 @@ def record_timings(path: str | Path, machine: str | None = None, timings: str | 
     machine's, ``agentlab.machine.cpu_class``); return the entry.
 
     Notebooks read finished run folders back instead of redoing them, so a second run may take a minute where the
-    first took twenty. Such a run (``fresh=False``; ``None``: under ``READ_BACK_SHARE`` of the recorded minutes) keeps the
-    recorded whole-run entry and adds its own minutes to it as ``read_back_minutes``: the header says both."""
+    first took twenty. Such a run (``fresh=False``; ``None``: under ``READ_BACK_SHARE`` of the recorded minutes)
+    keeps the recorded whole-run entry and adds its own minutes to it as ``read_back_minutes``: the header says
+    both. A declared read-back with no whole-run entry records nothing (its minutes would pass for a whole run's)."""
     import nbformat
 
     from agentlab.machine import cpu_class, describe

@@ -42,8 +42,12 @@ def test_a_run_that_reads_finished_folders_back_keeps_the_whole_run_time(tmp_pat
     assert json.loads(timings.read_text())["07_demo"]["amx"] == entry
     header = notebook_header("07_demo", timings=timings)
     assert "**18 min** on amx" in header and "under a minute when its run folders are read back" in header
-    record_timings(_executed(tmp_path, [700.0]), machine="amx", timings=timings)            # a real rerun, slower box
+    record_timings(_executed(tmp_path, [700.0]), machine="amx", timings=timings, fresh=False)  # declared read-back
+    assert json.loads(timings.read_text())["07_demo"]["amx"]["minutes"] == 18.0
+    record_timings(_executed(tmp_path, [700.0]), machine="amx", timings=timings)  # over half the recorded: whole
     assert json.loads(timings.read_text())["07_demo"]["amx"]["minutes"] == 11.7
+    record_timings(_executed(tmp_path, [40.0]), machine="avx2", timings=timings, fresh=False)  # nothing to keep
+    assert "avx2" not in json.loads(timings.read_text())["07_demo"]
     record_timings(_executed(tmp_path, [60.0]), machine="amx", timings=timings, fresh=True)  # said to be whole
     assert json.loads(timings.read_text())["07_demo"]["amx"]["minutes"] == 1.0
 
