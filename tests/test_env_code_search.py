@@ -251,6 +251,16 @@ def test_expert_and_random_on_200_test_tasks(spec, test_tasks):
     assert random <= 0.05
 
 
+def test_question_first_hit_calibrates_choosing_among_hits(spec, test_tasks):
+    """The calibration strategy answers one name, the first hit for the question's words: it is right only where
+    search ranks the asked-for definition first, so it stands between the random floor and the expert."""
+    first_hit = spec.strategies["question_first_hit"]
+    rate, runs = _success(spec, test_tasks, first_hit)
+    assert all(len(outcome.final) == 1 for outcome, _ in runs)
+    assert all([c.name for c, _ in history] == ["search_repo", "return_answer"] for _, history in runs)
+    assert 0.2 < rate < 0.9
+
+
 @pytest.mark.parametrize("knobs", [{"n_functions": 3}, {"distractors": True}])
 def test_expert_handles_harder_tasks(spec, knobs):
     tasks = spec.make_tasks("validation", 30, seed=0, **knobs)

@@ -294,6 +294,15 @@ def expert(task: Task):
     yield ToolCall("return_answer", {"answer": ", ".join(found or first_hits[:1] or ["nothing"])})
 
 
+def question_first_hit(task: Task):
+    """A calibration strategy: search the question's own words once and answer the first hit, never reading a
+    definition. It sees only what a policy sees; where a trained policy stands against it says what its reading and
+    choosing among the hits is worth."""
+    result = yield ToolCall("search_repo", {"keywords": task.question})
+    hits = [line.split(" ", 1)[0] for line in result.splitlines()]
+    yield ToolCall("return_answer", {"answer": hits[0] if hits else "nothing"})
+
+
 RANDOM_WORDS = ("file", "list", "read", "write", "time", "data", "name", "value", "path", "line", "string",
                 "object", "error", "set", "get", "open", "close", "return", "start", "stop", "text", "number")
 
@@ -338,6 +347,7 @@ SPEC = EnvSpec(
     # (max 1,792 over a ~750-token prompt); room for a policy that reads another candidate or two
     budget=Budget(max_turns=6, max_new_tokens=128, max_context=3072),
     expert=expert, random_policy=random_policy, audit_keys=audit_keys,
+    strategies={"question_first_hit": question_first_hit},
     description="Python stdlib source: search and read definitions, answer the qualified names a question "
                 "describes.",
 )
