@@ -207,8 +207,8 @@ def studies(out: dict):
 
 
 def markdown_table(out: dict) -> str:
-    """The README's table: per env, regime and seed, F4 / success / precision / recall / curated of each policy and
-    GRPO − sft_best."""
+    """The README's table: per env, regime and seed, F4 / success / precision / recall / curated of each policy,
+    GRPO − sft_best, and the calibration rows (the scripted strategies on the same test tasks)."""
     tables = []
     for env in dict.fromkeys(env for env, _ in studies(out)):  # one table per environment: its own metrics
         shown = [m for m in METRICS[env] if m != "f1"]
@@ -216,13 +216,14 @@ def markdown_table(out: dict) -> str:
         rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for e in (e for name, e in studies(out) if name == env):
             for s in e["seeds"]:
-                for arm in ("base", "sft_best", "grpo", "grpo_minus_sft_best"):
-                    if arm not in s:
-                        continue
-                    sign = "+" if arm.startswith("grpo_minus") else ""
-                    cells = [env, f"`{e['regime']}`", str(s["seed"]), f"`{arm}`" if not sign else "GRPO − `sft_best`"]
+                policies = {f"`{arm}`": s[arm] for arm in ("base", "sft_best", "grpo") if arm in s}
+                policies |= {"GRPO − `sft_best`": s["grpo_minus_sft_best"]} if "grpo_minus_sft_best" in s else {}
+                policies |= {f"scripted: {name}": x for name, x in s.get("scripted", {}).items()}
+                for label, entry in policies.items():
+                    sign = "+" if label.startswith("GRPO −") else ""
+                    cells = [env, f"`{e['regime']}`", str(s["seed"]), label]
                     for m in shown:
-                        x = s[arm][m]
+                        x = entry[m]
                         cells.append(f"{x['mean']:{sign}.3f} [{x['ci_low']:{sign}.3f}, {x['ci_high']:{sign}.3f}]")
                     rows.append("| " + " | ".join(cells) + " |")
         tables.append("\n".join(rows))

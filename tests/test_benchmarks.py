@@ -198,6 +198,11 @@ def test_a_regime_beside_the_study_is_kept_apart_and_rendered_with_its_name():
     assert doc_table.splitlines()[0].endswith("| F4 | success | precision | recall | curated |")
     assert code_table.splitlines()[0].endswith("| success | precision | recall | covered |")
     assert len(code_table.splitlines()) == 4 and "code_search" in code_table.splitlines()[2]
+    # a seed's calibration rows (its scripted strategies on the same test tasks) follow its policies
+    code["scripted"] = {"question_first_hit": {m: {"mean": 0.56, "ci_low": 0.5, "ci_high": 0.62}
+                                               for m in ("success", "precision", "recall", "covered")}}
+    last = seed_table(out).split("\n\n")[1].splitlines()[-1]
+    assert last.startswith("| code_search | `expert:16` | 0 | scripted: question_first_hit | 0.560 [0.500, 0.620] |")
 
 
 def test_the_rl_vs_sft_map_is_built_from_the_studies_and_rendered_in_the_readme():
