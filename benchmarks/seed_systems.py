@@ -87,20 +87,43 @@ def answer_sizes(episodes: list) -> dict:
     return {k: dict(sorted(v.items())) for k, v in sorted(out.items())}
 
 
-def scripted_entry(env: str, run: Path) -> dict:
-    """The environment's scripted strategies (expert, cheap and named ones, random) on the seed's own test tasks,
-    every metric with a 95% CI: the calibration rows, where the arms' figures stand."""
+def scripted_scores(env: str, run: Path) -> dict[str, dict[str, dict]]:
+    """The environment's scripted strategies (expert, cheap and named ones, random) played on the seed's own test
+    tasks: ``{strategy: {task id: its metrics}}`` — the calibration rows, where the arms' figures stand."""
     from agentlab.envs import load
-    from agentlab.evals import mean_ci
     from agentlab.synth import load_tasks
     from agentlab.types import run_policy
 
     spec = load(env)
     test = load_tasks(run / "tasks" / "test.jsonl")
+    return {name: {t.id: spec.evaluate(t, run_policy(spec, t, policy)[0]) for t in test}
+            for name, policy in scripted_policies(spec).items()}
+
+
+def scripted_entry(env: str, scores: dict) -> dict:
+    """Each strategy's every metric with a 95% CI over the test tasks (``scripted_scores``' figures)."""
+    from agentlab.evals import mean_ci
+
+    return {name: {m: mean_ci([x.get(m, 0.0) for x in by_task.values()]) for m in METRICS[env]}
+            for name, by_task in scores.items()}
+
+
+def minus_scripted(env: str, episodes: list, scores: dict) -> dict:
+    """GRPO minus each strategy that is neither the expert nor the random floor, every metric, paired by test task:
+    does training stand above the one-line strategies a practitioner would try first?"""
+    from agentlab.evals import paired_bootstrap_ci, per_task
+
     out = {}
-    for name, policy in scripted_policies(spec).items():
-        scores = [spec.evaluate(t, run_policy(spec, t, policy)[0]) for t in test]
-        out[name] = {m: mean_ci([x.get(m, 0.0) for x in scores]) for m in METRICS[env]}
+    for name, by_task in scores.items():
+        if name in ("expert", "random"):
+            continue
+        out[name] = {}
+        for m in METRICS[env]:
+            mine = {t: sum(v) / len(v) for t, v in per_task(episodes, m).items()}
+            common = sorted(set(mine) & set(by_task))
+            theirs, ours = [by_task[t].get(m, 0.0) for t in common], [mine[t] for t in common]
+            low, high = paired_bootstrap_ci(theirs, ours)
+            out[name][m] = {"mean": (sum(ours) - sum(theirs)) / len(common), "ci_low": low, "ci_high": high}
     return out
 
 
@@ -122,7 +145,10 @@ def seed_entry(run: Path, result: dict) -> dict:
             entry["grpo_minus_sft_best"][m] = {"mean": entry["grpo"][m]["mean"] - entry["sft_best"][m]["mean"],
                                                "ci_low": low, "ci_high": high}
     entry["choices"] = {arm: {k: v for k, v in c.items() if k != "adapter"} for arm, c in result["choices"].items()}
-    entry["scripted"] = scripted_entry(result["env"], run)
+    scores = scripted_scores(result["env"], run)
+    entry["scripted"] = scripted_entry(result["env"], scores)
+    if "grpo" in episodes:
+        entry["grpo_minus_scripted"] = minus_scripted(result["env"], episodes["grpo"], scores)
     if (run / "grpo" / "metrics.jsonl").exists():  # what GRPO's steps looked like: signal left, entropy, time
         from agentlab.evals import read_rollouts
         from agentlab.runs import read_jsonl
@@ -208,7 +234,8 @@ def studies(out: dict):
 
 def markdown_table(out: dict) -> str:
     """The README's table: per env, regime and seed, F4 / success / precision / recall / curated of each policy,
-    GRPO − sft_best, and the calibration rows (the scripted strategies on the same test tasks)."""
+    GRPO − sft_best, and the calibration rows (the scripted strategies on the same test tasks, and GRPO minus each
+    one-line strategy, paired)."""
     tables = []
     for env in dict.fromkeys(env for env, _ in studies(out)):  # one table per environment: its own metrics
         shown = [m for m in METRICS[env] if m != "f1"]
@@ -219,6 +246,7 @@ def markdown_table(out: dict) -> str:
                 policies = {f"`{arm}`": s[arm] for arm in ("base", "sft_best", "grpo") if arm in s}
                 policies |= {"GRPO − `sft_best`": s["grpo_minus_sft_best"]} if "grpo_minus_sft_best" in s else {}
                 policies |= {f"scripted: {name}": x for name, x in s.get("scripted", {}).items()}
+                policies |= {f"GRPO − {name}": x for name, x in s.get("grpo_minus_scripted", {}).items()}
                 for label, entry in policies.items():
                     sign = "+" if label.startswith("GRPO −") else ""
                     cells = [env, f"`{e['regime']}`", str(s["seed"]), label]

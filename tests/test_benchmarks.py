@@ -259,3 +259,24 @@ def test_pass_at_k_curve_is_the_unbiased_estimator_averaged_over_tasks(tmp_path,
     monkeypatch.setenv("AGENTLAB_RUNS", str(tmp_path))
     with pytest.raises(SystemExit, match="no comparison"):
         pass_at_k.main(["--run", "nothing-here"])
+
+
+def test_grpo_minus_a_scripted_strategy_is_paired_by_test_task():
+    """seed_systems.py: GRPO against each one-line strategy (not the expert or the random floor), paired by task id
+    whatever the order the episodes came in."""
+    from seed_systems import minus_scripted
+
+    from agentlab.types import Episode, Task
+
+    def ep(task_id, success):
+        return Episode(task=Task(id=task_id, env="code_search", question="q", answer={}), metrics={"success": success})
+
+    grpo = [ep("t2", 1.0), ep("t1", 1.0), ep("t3", 0.0), ep("t4", 1.0)]
+    scores = {name: {f"t{i}": {"success": v} for i, v in enumerate(values, 1)}
+              for name, values in {"expert": (1, 1, 1, 1), "question_first_hit": (1, 0, 0, 0),
+                                   "random": (0, 0, 0, 0)}.items()}
+    out = minus_scripted("code_search", grpo, scores)
+    assert list(out) == ["question_first_hit"]
+    d = out["question_first_hit"]["success"]
+    assert d["mean"] == 0.5 and d["ci_low"] <= 0.5 <= d["ci_high"]
+    assert set(out["question_first_hit"]) == {"success", "precision", "recall", "covered"}
