@@ -148,7 +148,7 @@ def seed_entry(run: Path, result: dict) -> dict:
     scores = scripted_scores(result["env"], run)
     entry["scripted"] = scripted_entry(result["env"], scores)
     if "grpo" in episodes:
-        entry["grpo_minus_scripted"] = minus_scripted(result["env"], episodes["grpo"], scores)
+        entry["grpo_vs_scripted"] = minus_scripted(result["env"], episodes["grpo"], scores)
     if (run / "grpo" / "metrics.jsonl").exists():  # what GRPO's steps looked like: signal left, entropy, time
         from agentlab.evals import read_rollouts
         from agentlab.runs import read_jsonl
@@ -246,7 +246,7 @@ def markdown_table(out: dict) -> str:
                 policies = {f"`{arm}`": s[arm] for arm in ("base", "sft_best", "grpo") if arm in s}
                 policies |= {"GRPO − `sft_best`": s["grpo_minus_sft_best"]} if "grpo_minus_sft_best" in s else {}
                 policies |= {f"scripted: {name}": x for name, x in s.get("scripted", {}).items()}
-                policies |= {f"GRPO − {name}": x for name, x in s.get("grpo_minus_scripted", {}).items()}
+                policies |= {f"GRPO − {name}": x for name, x in s.get("grpo_vs_scripted", {}).items()}
                 for label, entry in policies.items():
                     sign = "+" if label.startswith("GRPO −") else ""
                     cells = [env, f"`{e['regime']}`", str(s["seed"]), label]
