@@ -47,6 +47,7 @@ from agentlab.types import (
 # 48 73.4 and 77.2 s, 100 75.7 s, 200 77.2 s); one size everywhere also makes a checkpoint's validation figure the same
 # whichever stage evaluates it (batch composition can move a last bit, so a greedy choice).
 EVAL_BATCH = 48
+TASK_KEY = "agentlab_task"  # the key of a GRPO prompt's last message that names its task (Renderer.grpo_row)
 
 # The declared format of a turn that calls tools: one or more blocks, nothing around them (qwen2.5's template).
 _STRICT_CALLS = re.compile(r"(?:<tool_call>\n\{.*?\}\n</tool_call>\n?)+", re.DOTALL)
@@ -108,6 +109,15 @@ class Renderer:
 
     def messages(self, task: Task) -> list[dict]:
         return prompt_messages(self.env_class, task)
+
+    def grpo_row(self, task: Task) -> dict:
+        """GRPOTrainer's dataset row: the prompt's last message carries the task's id under ``TASK_KEY``.
+
+        Why: TRL hands ``rollout_func`` the prompts alone, and the prompt text does not name the task where rows
+        share it (every game of a TRL-style environment may start "Win this game", the game set by another column).
+        Chat templates read a message's role and content, so the extra key changes no token."""
+        *head, last = self.messages(task)
+        return {"prompt": [*head, {**last, TASK_KEY: task.id}], "task": task.to_json()}
 
     def prompt_ids(self, task: Task, env: ToolEnv | None = None) -> list[int]:
         messages = (env._prompt_messages() if env is not None else None) or self.messages(task)

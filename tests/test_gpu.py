@@ -125,7 +125,7 @@ def test_vllm_logprobs_reach_trl_aligned_with_the_completion(tiny, tmp_path):
                               accelerator=SimpleNamespace(process_index=0, is_main_process=True, unwrap_model=lambda m: m))
     stats = _StepStats()
     out = make_rollout_func(spec, tok, tasks, exp, RunDir(tmp_path), stats)(
-        [renderer.messages(t) for t in tasks for _ in range(2)], trainer)
+        [renderer.grpo_row(t)["prompt"] for t in tasks for _ in range(2)], trainer)
     assert out["logprobs"] is not None and len(out["logprobs"]) == 4
     for lps, ids, mask in zip(out["logprobs"], out["completion_ids"], out["env_mask"], strict=True):
         assert len(lps) == len(ids) == len(mask)

@@ -72,7 +72,7 @@ def test_a_second_process_hints_its_groups_by_their_run_wide_numbers(tiny, tmp_p
     rollout = make_rollout_func(SPEC, tok, tasks, exp, RunDir(tmp_path), stats,
                                 engine=lambda *_: scripted_generate_fn(renderer, tasks, SPEC.expert))
     second = SimpleNamespace(process_index=1, is_main_process=True, unwrap_model=lambda m: m)
-    rollout([renderer.messages(t) for t in tasks for _ in range(2)],
+    rollout([renderer.grpo_row(t)["prompt"] for t in tasks for _ in range(2)],
             SimpleNamespace(state=SimpleNamespace(global_step=step - 1), accelerator=second, model=model))
     assert sorted({ep.group for ep in stats.episodes}) == [2, 3]
     for ep in stats.episodes:

@@ -10,7 +10,7 @@ import pytest
 
 from agentlab.rollout import LoopConfig, Renderer, run_episodes
 from agentlab.trl_env import spec_from_class
-from agentlab.types import InfraError
+from agentlab.types import InfraError, ToolCall
 
 GUESS = textwrap.dedent('''
     class Guess:
@@ -263,3 +263,39 @@ def test_ground_truth_calls_replay_into_demonstrations_and_compare_trains_on_the
 
     with pytest.raises(ValueError, match="sft_all needs a scripted expert, and 'Guess' has none"):
         run_compare(CompareConfig.smoke(env="Guess", demos=str(out), name="x"), arms=("sft_best", "sft_all"))
+
+
+def test_rows_that_share_their_prompt_text_train_as_their_own_tasks(tiny, tmp_path):
+    """Every game of a TRL-style environment may start with the same prompt ("Win this game"), the game set by
+    another column. GRPO must still give each group its own task: the rollout used to key tasks by prompt text and
+    raised on two such games in one step."""
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+
+    from agentlab.runs import RunDir
+    from agentlab.train import Experiment, _StepStats, make_rollout_func
+
+    model, tok = tiny
+    data = [{"prompt": [{"role": "user", "content": "Guess my number."}], "target": t} for t in (3, 7)]
+    spec = spec_from_class(Guess, data, eval_rows=data)
+    tasks = spec.make_tasks("train", 2)
+    assert len({t.question for t in tasks}) == 1 and len({t.id for t in tasks}) == 2
+    renderer = Renderer(tok, spec.env_class)
+    dataset = Dataset.from_list([renderer.grpo_row(t) for t in tasks])  # as TRL stores it (Arrow structs)
+    assert renderer.tok.apply_chat_template(dataset[0]["prompt"], tokenize=False) == \
+        renderer.tok.apply_chat_template(renderer.messages(tasks[0]), tokenize=False)
+
+    def guess_three(seqs):  # the same first move in every game: only the target decides the reward
+        return [renderer.assistant_ids(ToolCall("guess", {"n": 3}), tasks[0]) if "<tool_response>" not in
+                tok.decode(s) else tok.encode("Done.") + [tok.eos_token_id] for s in seqs]
+
+    exp = Experiment(env="lookup", model="tiny-random", groups_per_step=2, group_size=2)  # only G and the loop
+    stats = _StepStats()
+    rollout = make_rollout_func(spec, tok, tasks, exp, RunDir(tmp_path), stats, reward_fn=spec.default_reward,
+                                engine=lambda *_: guess_three)
+    trainer = SimpleNamespace(state=SimpleNamespace(global_step=0), model=model,
+                              accelerator=SimpleNamespace(process_index=0, is_main_process=True, unwrap_model=lambda m: m))
+    out = rollout([dataset[i]["prompt"] for i in (0, 0, 1, 1)], trainer)
+    assert [ep.task.id for ep in stats.episodes] == [tasks[0].id] * 2 + [tasks[1].id] * 2
+    assert out["agentlab_reward"] == [float(t.answer["target"] == 3) for t in tasks for _ in range(2)] != [0.0] * 4
