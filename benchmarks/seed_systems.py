@@ -113,13 +113,12 @@ def minus_scripted(env: str, episodes: list, scores: dict) -> dict:
     does training stand above the one-line strategies a practitioner would try first?"""
     from agentlab.evals import paired_bootstrap_ci, per_task
 
-    out = {}
+    out, mine_of = {}, {m: {t: sum(v) / len(v) for t, v in per_task(episodes, m).items()} for m in METRICS[env]}
     for name, by_task in scores.items():
         if name in ("expert", "random"):
             continue
         out[name] = {}
-        for m in METRICS[env]:
-            mine = {t: sum(v) / len(v) for t, v in per_task(episodes, m).items()}
+        for m, mine in mine_of.items():
             common = sorted(set(mine) & set(by_task))
             theirs, ours = [by_task[t].get(m, 0.0) for t in common], [mine[t] for t in common]
             low, high = paired_bootstrap_ci(theirs, ours)
