@@ -6,9 +6,10 @@
 
 The user's three steps, as the README gives them, on ``examples/textarena_games.py`` (a TRL-style class the library
 never sees before run time): task rows with each game's scripted calls; ``agentlab replay`` of the *cheap* script
-(start at 25, step by one: wins 0.4 of games) into demonstrations, keeping its won games only; ``agentlab compare``
-with those demonstrations (``--demos``) and the arms that need no scripted expert. Every arm greedy on ``--test``
-held-out games; reported: the game's win rate and moves per game with CIs, GRPO minus each arm paired.
+(start at 25, hop 1 to 4 toward the hint at random: wins about 0.6 of games) into demonstrations, keeping its won
+games only; ``agentlab compare`` with those demonstrations (``--demos``) and the arms that need no scripted expert.
+Every arm greedy on ``--test`` held-out games; reported: the game's win rate and moves per game with CIs, GRPO minus
+each arm paired.
 """
 
 from __future__ import annotations

@@ -16,15 +16,18 @@ the game added (textarena's observation repeats the whole history); ``reward`` i
 
 Two scripted strategies give every row ground-truth calls, played here against the real game:
 ``calls`` (binary search: always wins, at most 6 guesses for 1-50) and ``cheap_calls`` (start in the middle and
-step by one toward the hint: wins only when the number is within 10 of 25, as the game allows 11 guesses) — the
-traces one has before an expert exists. SFT on the cheap traces imitates the cheap strategy; whether GRPO finds
-better guesses is the question ``agentlab compare`` answers.
+hop 1 to 4 toward the hint, the hop drawn at random each guess: wins about 7 games in 10) — the traces one has
+before an expert exists, a player who follows the hints but never tracks the range. SFT on the cheap traces
+imitates the cheap strategy, its randomness included, so a group of sampled games mixes wins and losses; whether
+GRPO turns that into better guesses is the question ``agentlab compare`` answers. (A cheap strategy without
+randomness, "step by one", gives an SFT policy whose every group is all wins or all losses: GRPO learns nothing.)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -70,8 +73,9 @@ class GuessTheNumber:
         return float(self.won)
 
 
-def binary_search(feedback):
-    """The expert: halve the range each guess. ``feedback`` is a generator protocol: yields a guess, gets the reply."""
+def binary_search(seed: int):
+    """The expert: halve the range each guess. A strategy is a generator: it yields a guess and is sent the reply;
+    ``seed`` (the game's) seeds whatever it draws."""
     low, high = 1, 50
     while low <= high:
         g = (low + high) // 2
@@ -84,21 +88,23 @@ def binary_search(feedback):
             return
 
 
-def cheap_walk(feedback):
-    """The cheap strategy: start at 25 and step by one toward the hint (wins when the number is within 10 of 25)."""
-    g = 25
+def cheap_hop(seed: int):
+    """The cheap strategy: start at 25 and hop 1 to 4 toward the hint, the hop drawn each guess; the range already
+    ruled out is not tracked, so a hop can overshoot and come back."""
+    rng, g = random.Random(f"hop-{seed}"), 25
     while True:
         reply = yield g
         if "higher" not in reply and "lower" not in reply:
             return
-        g = min(50, max(1, g + (1 if "higher" in reply else -1)))
+        hop = rng.randint(1, 4)
+        g = min(50, max(1, g + (hop if "higher" in reply else -hop)))
 
 
 def play(row: dict, strategy) -> tuple[list[dict], bool]:
     """``strategy`` played against the row's game: its calls and whether it won."""
     env, calls = GuessTheNumber(), []
     env.reset(**row)
-    gen = strategy(None)
+    gen = strategy(int(row["seed"]))
     reply, g = None, next(gen)
     while not env.over:
         calls.append({"name": "guess", "arguments": {"number": g}})
@@ -116,7 +122,7 @@ def rows(n: int, game: str = GAME, first_seed: int = 0) -> list[dict]:
     for seed in range(first_seed, first_seed + n):
         row = {"prompt": PROMPT, "game": game, "seed": seed}
         row["calls"], _ = play(row, binary_search)
-        row["cheap_calls"], _ = play(row, cheap_walk)
+        row["cheap_calls"], _ = play(row, cheap_hop)
         out.append(row)
     return out
 
@@ -131,7 +137,7 @@ def main(argv=None) -> int:
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text("".join(json.dumps(r) + "\n" for r in made))
     wins = {k: sum(play(r, s)[1] for r in made) / len(made) for k, s in (("expert", binary_search),
-                                                                         ("cheap", cheap_walk))}
+                                                                         ("cheap", cheap_hop))}
     print(f"{len(made)} rows of {a.game} -> {a.out}; scripted win rates: expert {wins['expert']:.3f}, "
           f"cheap {wins['cheap']:.3f}")
     return 0

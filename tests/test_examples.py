@@ -1,5 +1,6 @@
 """examples/: a third-party game package (textarena, installed by `make setup-examples`) as a user's own task."""
 
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -9,19 +10,27 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 pytest.importorskip("textarena", reason="the example's own requirement: run `make setup-examples`")
 
-from textarena_games import GuessTheNumber, binary_search, cheap_walk, play, rows
+from textarena_games import GuessTheNumber, binary_search, cheap_hop, play, rows
 
 
 def test_the_wrapped_game_plays_the_real_engine():
-    """Against textarena's own game: binary search wins every game within 6 guesses; the cheap walk wins exactly
-    when the number is within 10 of 25; a tool result carries only what the game added, never its echo."""
-    for row in rows(12):
+    """Against textarena's own game: binary search wins every game within 6 guesses; the cheap hop moves 1 to 4
+    toward each hint, is the same for the same game, differs between games and wins some but not all; a tool
+    result carries only what the game added, never its echo."""
+    hops, wins = set(), []
+    for row in rows(40):
         env = GuessTheNumber()
         env.reset(**row)
         target = env.game.state.game_state["game_number"]
         calls, won = play(row, binary_search)
         assert won and len(calls) <= 6 and calls[-1]["arguments"]["number"] == target
-        assert play(row, cheap_walk)[1] == (abs(target - 25) <= 10)  # textarena counts 11 guesses
+        calls, won = play(row, cheap_hop)
+        assert (calls, won) == play(row, cheap_hop) and calls[0]["arguments"]["number"] == 25
+        steps = [b["arguments"]["number"] - a["arguments"]["number"] for a, b in itertools.pairwise(calls)]
+        assert all(1 <= abs(d) <= 4 and (d > 0) == (c["arguments"]["number"] < target) for d, c in zip(steps, calls))
+        hops |= {abs(d) for d in steps}
+        wins.append(won)
+    assert hops == {1, 2, 3, 4} and 0.3 < sum(wins) / len(wins) < 0.9
     env = GuessTheNumber()
     intro = env.reset(**rows(1, first_seed=5)[0])
     assert "between 1 and 50 within 10 turns" in intro
