@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import warnings
 from datetime import date, datetime
 from pathlib import Path
@@ -151,6 +152,24 @@ def notebook_header(stem: str, reads: str = "", timings: str | Path | None = Non
     return _Markdown(" ".join(parts))
 
 
+_BAR = re.compile(r"\d+%\|")  # tqdm's text form: "episodes:   0%|          | 0/96"
+
+
+def drop_progress_widgets(nb) -> int:
+    """Remove the progress-bar widgets from executed outputs; returns how many. A saved widget keeps only its first
+    frame as text ("0%| | 0/96" on a code host); our bars print their one-line summary beside it
+    (``rollout._progress``). Other widgets (sliders, pickers) stay."""
+    dropped = 0
+    for cell in nb.cells:
+        keep = [o for o in cell.get("outputs", [])
+                if not ("application/vnd.jupyter.widget-view+json" in o.get("data", {})
+                        and _BAR.search(str(o["data"].get("text/plain", ""))))]
+        dropped += len(cell.get("outputs", [])) - len(keep)
+        if "outputs" in cell:
+            cell.outputs = keep
+    return dropped
+
+
 def execute(path: str | Path, timeout: int = 3600, fresh: bool | None = None) -> dict:
     """Run a notebook top to bottom in place (from its own folder), record its minutes (:func:`record_timings`), and
     render its header cell again from them, so the header states the run it sits on. Returns the timing entry.
@@ -169,6 +188,7 @@ def execute(path: str | Path, timeout: int = 3600, fresh: bool | None = None) ->
     path = Path(path).resolve()
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=timeout, record_timing=True, resources={"metadata": {"path": str(path.parent)}}).execute()
+    drop_progress_widgets(nb)
     nbformat.write(nb, path)
     entry = record_timings(path, fresh=fresh)
     for cell in nb.cells:

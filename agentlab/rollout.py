@@ -305,6 +305,17 @@ def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples:
 
 
 def _progress(total: int, enabled: bool, desc: str):
+    """A bar that goes away when done. In the tutorial's kernels (``AGENTLAB_NOTEBOOK``, set by ``setup_notebook``)
+    it also leaves one line, "<desc>: N in S s": a saved notebook keeps a widget bar only as its first frame."""
+    import os
+
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, disable=not enabled, leave=False)
+    class Summarised(tqdm):
+        def close(self):
+            if not self.disable and self.n:  # tqdm disables a closed bar: said once
+                print(f"{self.desc}: {self.n} in {self.format_dict['elapsed']:.0f} s", flush=True)
+            super().close()
+
+    kind = Summarised if os.environ.get("AGENTLAB_NOTEBOOK") == "1" else tqdm
+    return kind(total=total, desc=desc, disable=not enabled, leave=False)

@@ -114,6 +114,10 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
                          peft_config=None if init_adapter is not None else lora_config(settings.lora_r),
                          callbacks=[Checkpoints()])
+    if _in_notebook():  # disable_tqdm makes the Trainer print every step's log dict instead: the one line below
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.pop_callback(PrinterCallback)
     if max_seconds is not None:
         # transformers 5.24's notebook progress bar divides by None when training stops before max_steps; the
         # text bar handles an early stop (seen running notebook 00's quickstart smoke in Jupyter).

@@ -122,6 +122,8 @@ def leaks(nb) -> list[tuple[int, str, str]]:
         for text in texts[1:]:
             found += [(index, "a machine path", m.group(0)) for m in MACHINE_PATH.finditer(text)]
             found += [(index, "a library warning", m.group(0).strip()) for m in LIBRARY_NOTICE.finditer(text)]
+        found += [(index, "a progress bar's first frame", _output_text(o)) for o in cell.get("outputs", [])
+                  if "application/vnd.jupyter.widget-view+json" in o.get("data", {}) and "%|" in _output_text(o)]
         found += [(index, "an unfollowable reference", ref) for text in texts for ref in UNFOLLOWABLE if ref in text]
     return found
 
@@ -140,6 +142,22 @@ def test_leaks_are_found_and_what_a_reader_can_use_is_not():
     clean.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="-> runs/quickstart/report.json\n"
                                                      "GRPO - sft: +0.12 [+0.03, +0.21]\n")]
     assert leaks(clean) == []
+
+
+def test_executing_a_notebook_drops_progress_bar_widgets_and_keeps_the_others():
+    """A saved widget keeps only its first frame ("0%| | 0/96" on a code host): the notebook runner drops progress
+    bars (their summary line stays) and keeps the widgets a learner uses (a slider)."""
+    from agentlab.notebook import drop_progress_widgets
+
+    nb = _notebook("## 1 · Run")
+    view = {"application/vnd.jupyter.widget-view+json": {"model_id": "m", "version_major": 2, "version_minor": 0}}
+    nb.cells[0].outputs = [
+        nbformat.v4.new_output("display_data", data={**view, "text/plain": "lookup episodes:   0%|   | 0/96 [00:00<?]"}),
+        nbformat.v4.new_output("stream", name="stdout", text="lookup episodes: 96 in 75 s\n"),
+        nbformat.v4.new_output("display_data", data={**view, "text/plain": "FloatSlider(value=4.0)"}),
+    ]
+    assert [what for _, what, _ in leaks(nb)] == ["a progress bar's first frame"]
+    assert drop_progress_widgets(nb) == 1 and leaks(nb) == [] and len(nb.cells[0].outputs) == 2
 
 
 # Notebooks committed before the tutorial pass re-executes them with the notebook setup call; each leaves this list

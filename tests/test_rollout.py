@@ -416,3 +416,15 @@ def test_a_bare_loop_config_runs_in_the_environments_budget(tiny):
     assert LoopConfig.of(SPEC) == LoopConfig().resolved(SPEC) == LoopConfig(**vars(SPEC.budget))
     with pytest.raises(ValueError, match="resolved"):
         make("torch", None, tok, LoopConfig(), greedy=True, seed=0)
+
+
+def test_in_a_notebook_a_progress_bar_leaves_one_summary_line(tiny, monkeypatch, capsys):
+    """A saved notebook keeps a widget bar only as its first frame, so in the tutorial's kernels the bar also says
+    once how many episodes ran and in how long."""
+    monkeypatch.setenv("AGENTLAB_NOTEBOOK", "1")
+    _, tok = tiny
+    tasks = SPEC.make_tasks("test", 3, seed=1)
+    run_episodes(None, tok, SPEC, tasks, samples=2, progress=True,
+                 generate_fn=scripted_generate_fn(Renderer(tok, SPEC.env_class), tasks, SPEC.expert))
+    said = capsys.readouterr().out
+    assert said.count("lookup episodes: 6 in ") == 1, said

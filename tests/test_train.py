@@ -542,3 +542,4 @@ def test_in_a_notebook_an_sft_run_prints_one_line_not_a_bar(tmp_path, monkeypatc
             SFTSettings(steps=2, precision="fp32"))
     said = capsys.readouterr()
     assert "SFT nb-sft: 2 steps at lr 0.001, loss " in said.out and "it/s" not in said.err + said.out
+    assert "'loss'" not in said.out + said.err  # not the Trainer's log dict of every step
