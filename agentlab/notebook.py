@@ -64,8 +64,8 @@ CLASSES = ("avx512-bf16", "amx", "avx2")  # the machine classes users meet; a he
 
 
 def cell_seconds(nb) -> list[tuple[int, float, str]]:
-    """``(cell index, seconds, first line)`` of each executed code cell, from the timing metadata the executing
-    client stamps on it (``metadata.execution``: ``iopub.execute_input`` → ``shell.execute_reply``)."""
+    """``(cell index, seconds, first line past its imports)`` of each executed code cell, from the timing metadata
+    the executing client stamps on it (``metadata.execution``: ``iopub.execute_input`` → ``shell.execute_reply``)."""
     out = []
     for index, cell in enumerate(nb.cells):
         stamps = cell.get("metadata", {}).get("execution", {})
@@ -74,7 +74,9 @@ def cell_seconds(nb) -> list[tuple[int, float, str]]:
             continue
         seconds = (datetime.fromisoformat(end) -
                    datetime.fromisoformat(start)).total_seconds()
-        first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+        lines = [line.strip() for line in cell.source.splitlines() if line.strip()]
+        # named by its first line that does something: "import matplotlib.pyplot as plt" names no slow cell
+        first = next((line for line in lines if not line.startswith(("import ", "from "))), lines[0] if lines else "")
         out.append((index, round(seconds, 1), first[:80]))
     return out
 
