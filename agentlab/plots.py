@@ -17,23 +17,30 @@ def _plt():
     return plt
 
 
-def _ci_bar(ax, labels: list[str], stats: list[dict], title: str, colors=None) -> None:
+def _ci_bar(ax, labels: list[str], stats: list[dict], title: str, colors=None,
+            ylabel: str = "held-out success (95% bootstrap CI)") -> None:
+    import textwrap
+
     means = [s["mean"] for s in stats]
     lows = [s["mean"] - s["ci_low"] for s in stats]
     highs = [s["ci_high"] - s["mean"] for s in stats]
+    labels = [textwrap.fill(label, 16) for label in labels]  # long arm names side by side would overlap
     bars = ax.bar(labels, means, yerr=[lows, highs], capsize=6, color=colors or "#4C72B0", alpha=0.85)
     for bar, s in zip(bars, stats, strict=True):
         ax.annotate(f"{s['mean']:.2f}\n[{s['ci_low']:.2f}, {s['ci_high']:.2f}]\nn={s['n']}",
                     (bar.get_x() + bar.get_width() / 2, s["ci_high"]), ha="center", va="bottom", fontsize=8,
                     xytext=(0, 3), textcoords="offset points")
-    ax.set_ylim(0, 1.15)
-    ax.set_ylabel("held-out success (95% bootstrap CI)")
+    top = max(s["ci_high"] for s in stats)
+    ax.set_ylim(0, 1.15 if top <= 1 else 1.25 * top)  # a rate's axis ends at 1; a count's above its highest CI
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
 
 
-def success_bars(ax, stats: dict[str, dict], title: str = "", colors=None) -> None:
-    """Bars of success rates with their 95% CIs: ``{label: {"mean", "ci_low", "ci_high", "n"}}``."""
-    _ci_bar(ax, list(stats), list(stats.values()), title, colors)
+def success_bars(ax, stats: dict[str, dict], title: str = "", colors=None,
+                 ylabel: str = "held-out success (95% bootstrap CI)") -> None:
+    """Bars of means with their 95% CIs: ``{label: {"mean", "ci_low", "ci_high", "n"}}`` — success rates by
+    default; another quantity (guesses per game) with its own ``ylabel``."""
+    _ci_bar(ax, list(stats), list(stats.values()), title, colors, ylabel)
 
 
 def plot_eval_summary(summary: dict, path: str | Path | None = None):
