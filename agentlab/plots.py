@@ -24,14 +24,14 @@ def _ci_bar(ax, labels: list[str], stats: list[dict], title: str, colors=None,
     means = [s["mean"] for s in stats]
     lows = [s["mean"] - s["ci_low"] for s in stats]
     highs = [s["ci_high"] - s["mean"] for s in stats]
-    labels = [textwrap.fill(label, 16) for label in labels]  # long arm names side by side would overlap
+    labels = [textwrap.fill(label, 12) for label in labels]  # long arm names side by side would overlap
     bars = ax.bar(labels, means, yerr=[lows, highs], capsize=6, color=colors or "#4C72B0", alpha=0.85)
     for bar, s in zip(bars, stats, strict=True):
         ax.annotate(f"{s['mean']:.2f}\n[{s['ci_low']:.2f}, {s['ci_high']:.2f}]\nn={s['n']}",
                     (bar.get_x() + bar.get_width() / 2, s["ci_high"]), ha="center", va="bottom", fontsize=8,
                     xytext=(0, 3), textcoords="offset points")
     top = max(s["ci_high"] for s in stats)
-    ax.set_ylim(0, 1.15 if top <= 1 else 1.25 * top)  # a rate's axis ends at 1; a count's above its highest CI
+    ax.set_ylim(0, 1.2 if top <= 1 else 1.25 * top)  # a rate's axis ends at 1; a count's above its highest CI
     ax.set_ylabel(ylabel)
     ax.set_title(title)
 
