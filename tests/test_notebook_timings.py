@@ -42,7 +42,11 @@ def test_a_run_that_reads_finished_folders_back_keeps_the_whole_run_time(tmp_pat
     record_timings(_executed(tmp_path, [1080.0]), machine="amx", timings=timings)           # 18 min from scratch
     entry = record_timings(_executed(tmp_path, [40.0]), machine="amx", timings=timings)     # read back: 0.7 min
     assert entry["minutes"] == 18.0 and entry["read_back_minutes"] == 0.7
-    assert json.loads(timings.read_text())["07_demo"]["amx"] == entry
+    assert json.loads(timings.read_text())["07_demo"]["amx"] == entry and entry["slow"][0][1] == 1080.0
+    renamed = nbformat.read(path := _executed(tmp_path, [40.0]), as_version=4)
+    renamed.cells[1].source = "import time\ntime.sleep(1)"
+    nbformat.write(renamed, path)
+    assert record_timings(path, machine="amx", timings=timings)["slow"] == [[1, 1080.0, "time.sleep(1)"]]
     header = notebook_header("07_demo", timings=timings)
     assert "**18 min** on amx" in header and "under a minute when its run folders are read back" in header
     record_timings(_executed(tmp_path, [700.0]), machine="amx", timings=timings, fresh=False)  # declared read-back
