@@ -16,7 +16,7 @@ the game added (textarena's observation repeats the whole history); ``reward`` i
 
 Two scripted strategies give every row ground-truth calls, played here against the real game:
 ``calls`` (binary search: always wins, at most 6 guesses for 1-50) and ``cheap_calls`` (start in the middle and
-hop 1 to 4 toward the hint, the hop drawn at random each guess: wins about 7 games in 10) — the traces one has
+hop 1 to 4 toward the hint, the hop drawn at random each guess: wins about 6 games in 10) — the traces one has
 before an expert exists, a player who follows the hints but never tracks the range. SFT on the cheap traces
 imitates the cheap strategy, its randomness included, so a group of sampled games mixes wins and losses; whether
 GRPO turns that into better guesses is the question ``agentlab compare`` answers. (A cheap strategy without
