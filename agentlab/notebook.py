@@ -165,13 +165,11 @@ def drop_progress_widgets(nb) -> int:
     frame as text ("0%| | 0/96" on a code host); our bars print their one-line summary beside it
     (``rollout._progress``). Other widgets (sliders, pickers) stay."""
     dropped = 0
-    for cell in nb.cells:
-        keep = [o for o in cell.get("outputs", [])
-                if not ("application/vnd.jupyter.widget-view+json" in o.get("data", {})
-                        and _BAR.search(str(o["data"].get("text/plain", ""))))]
-        dropped += len(cell.get("outputs", [])) - len(keep)
-        if "outputs" in cell:
-            cell.outputs = keep
+    for cell in (c for c in nb.cells if "outputs" in c):
+        keep = [o for o in cell.outputs if not ("application/vnd.jupyter.widget-view+json" in o.get("data", {})
+                                                and _BAR.search(str(o["data"].get("text/plain", ""))))]
+        dropped += len(cell.outputs) - len(keep)
+        cell.outputs = keep
     return dropped
 
 

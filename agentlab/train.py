@@ -102,7 +102,7 @@ def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: 
         ids = [p[-1][TASK_KEY] for p in prompts]
         unique = list(dict.fromkeys(ids))
         samples = len(ids) // len(unique)
-        if samples != exp.group_size or [q for q in unique for _ in range(samples)] != ids:
+        if samples != exp.group_size or [i for i in unique for _ in range(samples)] != ids:
             raise RuntimeError("expected each prompt repeated group_size times in a row (TRL's RepeatSampler)")
         model = trainer.accelerator.unwrap_model(trainer.model)
         was_training = model.training
