@@ -55,7 +55,15 @@ def load_policy(name_or_path: str = DEFAULT_MODEL, *, loader: str = "hf", adapte
         model, tok = _load_hf(name_or_path)
     if adapter:
         model = _apply_adapter(model, adapter)
-    return model, prepare_tokenizer(tok)
+    return _placed(model), prepare_tokenizer(tok)
+
+
+def _placed(model):
+    """On this process's GPU where CUDA is present (the trainers move it anyway, the evaluations would not)."""
+    import torch
+
+    on_cpu = torch.cuda.is_available() and next(model.parameters()).device.type == "cpu"
+    return model.to(torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))) if on_cpu else model
 
 
 # -- the shipped model ---------------------------------------------------------------------------------------------

@@ -122,9 +122,12 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
         # transformers 5.24's notebook progress bar divides by None when training stops before max_steps; the
         # text bar handles an early stop (seen running notebook 00's quickstart smoke in Jupyter).
         from transformers.trainer_callback import ProgressCallback
-        from transformers.utils.notebook import NotebookProgressCallback
 
-        if trainer.pop_callback(NotebookProgressCallback) is not None:
+        try:
+            from transformers.utils.notebook import NotebookProgressCallback
+        except ImportError:  # no IPython (a bare GPU image): no notebook bar to replace
+            NotebookProgressCallback = None
+        if NotebookProgressCallback is not None and trainer.pop_callback(NotebookProgressCallback) is not None:
             trainer.add_callback(ProgressCallback)
     t0, saved, timed = time.time(), [], []
     last_checkpoint = [t0]

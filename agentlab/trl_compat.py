@@ -147,15 +147,15 @@ def shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep: int, c
     for bucket in _length_buckets([len(r) - prefix_len for r in rows]):
         rests = [rows[b][prefix_len:] for b in bucket]
         n, rest_width = len(bucket), max(len(r) for r in rests)
-        rest_ids = torch.zeros((n, rest_width), dtype=input_ids.dtype)
-        rest_mask = torch.zeros((n, rest_width), dtype=attention_mask.dtype)
-        labels = torch.full((n, rest_width), -100, dtype=input_ids.dtype)
+        rest_ids = torch.zeros((n, rest_width), dtype=input_ids.dtype, device=input_ids.device)
+        rest_mask = torch.zeros((n, rest_width), dtype=attention_mask.dtype, device=input_ids.device)
+        labels = torch.full((n, rest_width), -100, dtype=input_ids.dtype, device=input_ids.device)
         for i, (b, rest) in enumerate(zip(bucket, rests, strict=True)):
             rest_ids[i, rest_width - len(rest):] = rest
             rest_mask[i, rest_width - len(rest):] = 1
             labels[i, rest_width - scored[b]:] = rest[len(rest) - scored[b]:]  # k = 0: empty on both sides
         positions = (prefix_len + rest_mask.cumsum(1) - 1).clamp(min=0)
-        full_mask = torch.cat([torch.ones((n, prefix_len), dtype=rest_mask.dtype), rest_mask], dim=1)
+        full_mask = torch.cat([rest_mask.new_ones((n, prefix_len)), rest_mask], dim=1)
         cache = _repeated(prefix_cache, n)  # its own cache object: a checkpoint replay reads this bucket's states
         with _checkpointed_layers(model, checkpoint), _lm_head_chunk(LM_HEAD_CHUNK), scored_positions_only():
             outputs = model(input_ids=rest_ids, attention_mask=full_mask, position_ids=positions, cache=cache,
@@ -263,7 +263,8 @@ def gqa_prefill(model) -> bool:
     (``enable_gqa=True``), with the same output bit for bit (``tests/test_rollout.py`` compares whole generations).
     Everything else -- decode steps (transformers packs the query heads per key/value head there; ``enable_gqa``
     would change the kernel's blocking and a last bit), unmasked calls, anything that needs gradients -- goes
-    through transformers' own function unchanged.
+    through transformers' own function unchanged. So does CUDA: there the two calls pick different kernels and fp32
+    logits differed in the last bits (this test, run on an H200); the copies it saves were measured on a CPU.
     """
     if not COMPATIBLE:
         return False
@@ -316,7 +317,7 @@ def _gqa_prefill_attention(module, query, key, value, attention_mask, dropout: f
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if (query.shape[2] > 1 and attention_mask is not None and getattr(module, "num_key_value_groups", 1) > 1
+    if (query.device.type == "cpu" and query.shape[2] > 1 and attention_mask is not None and getattr(module, "num_key_value_groups", 1) > 1
             and not torch.is_grad_enabled() and kwargs.get("position_bias") is None and kwargs.get("softcap") is None
             and not kwargs.get("output_attentions")):
         out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,

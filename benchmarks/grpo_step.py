@@ -64,7 +64,8 @@ def make_trainer(kind: str, steps: int, adapter: str | None, tmp: Path, callback
         # What a user writes from TRL's docs: environment_factory, defaults for everything we do not set.
         args = GRPOConfig(output_dir=str(tmp), max_steps=steps, per_device_train_batch_size=8, num_generations=4,
                           learning_rate=exp.lr, temperature=exp.temperature, max_completion_length=exp.max_context,
-                          max_tool_calling_iterations=exp.max_turns - 1, use_cpu=True, report_to=[],
+                          max_tool_calling_iterations=exp.max_turns - 1, use_cpu=not torch.cuda.is_available(),
+                          report_to=[],
                           save_strategy="no", logging_steps=1, seed=0)
         trainer = GRPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
                               environment_factory=spec.env_class, peft_config=peft, callbacks=list(callbacks))
@@ -90,6 +91,7 @@ def parse_kind(kind: str) -> tuple[str, dict]:
 
 
 def worker(kind: str, steps: int, adapter: str | None, out: str) -> None:
+    import torch
     from transformers import TrainerCallback
 
     from agentlab.trl_compat import trainer_metrics
@@ -113,6 +115,7 @@ def worker(kind: str, steps: int, adapter: str | None, out: str) -> None:
         split = {"timing_last_step": dict(trainer.timing)}
     Path(out).write_text(json.dumps({
         "kind": kind, "step_s": times, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
+        "peak_cuda_gb": torch.cuda.max_memory_allocated() / 1024**3 if torch.cuda.is_available() else None,
         "gradient_checkpointing": bool(args.gradient_checkpointing), "beta": args.beta, "bf16": bool(args.bf16),
         "micro_batch": args.per_device_train_batch_size,
         "profiling": {k: (statistics.fmean(v) if isinstance(v, list) else v) for k, v in split.items() if v},

@@ -84,14 +84,15 @@ def main(argv=None) -> int:
         entry.update({k: v for k, v in result.items() if k.startswith("grpo_minus_")})
         entry["choices"] = {k: {x: y for x, y in c.items() if x != "adapter"} for k, c in result["choices"].items()}
         seeds.append(entry)
-    if a.smoke:
-        print(json.dumps(seeds, indent=1)[:2000])
-        return 0
-    from importlib.metadata import version
+        if a.smoke:
+            print(json.dumps(entry, indent=1)[:2000])
+            continue
+        # Written after every seed, so a study stopped part way still reports the seeds it finished.
+        from importlib.metadata import version
 
-    out = {"package": "textarena", "version": version("textarena"), "game": GAME, "n": int(settings["test"]),
-           "regime": "own:cheap_demos.jsonl (the cheap script's won games)", "config": settings, "seeds": seeds}
-    print(f"-> {write_result('third_party_env.json', out)}")
+        out = {"package": "textarena", "version": version("textarena"), "game": GAME, "n": int(settings["test"]),
+               "regime": "own:cheap_demos.jsonl (the cheap script's won games)", "config": settings, "seeds": seeds}
+        print(f"-> {write_result('third_party_env.json', out)}", flush=True)
     return 0
 
 

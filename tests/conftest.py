@@ -7,6 +7,10 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The suite checks the CPU path (CI has no GPU) and runs on the CPU on a GPU machine too, its tensors made where its
+# assertions expect them; AGENTLAB_TEST_CUDA=1 shows it the GPU (benchmarks/gpu_check.py, the `gpu` marker's tests).
+if os.environ.get("AGENTLAB_TEST_CUDA") != "1":
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
 # `make test` runs two pytest-xdist workers. Each worker, and every process it starts (CLI subprocesses, notebook
 # kernels, torchrun workers), then uses cores / workers threads (one on 2 cores): with OpenMP's default of one thread
 # per core, two workers would run four spinning threads on two cores, which slows both by an order of magnitude.

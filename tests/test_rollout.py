@@ -174,8 +174,8 @@ def test_padded_prefill_on_the_key_value_heads_changes_no_bit(tiny, monkeypatch,
     seqs = [renderer.prompt_ids(t) for t in SPEC.make_tasks("test", 3, seed=2)]
     seqs[0] = seqs[0][:-9]  # rows of different lengths: a padded prefill
     width = max(map(len, seqs))
-    ids = torch.tensor([[tok.pad_token_id] * (width - len(s)) + s for s in seqs])
-    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs])
+    ids = torch.tensor([[tok.pad_token_id] * (width - len(s)) + s for s in seqs], device=model.device)
+    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], device=model.device)
     cfg = LoopConfig(max_new_tokens=8, precision="fp32")
 
     def run():
@@ -196,7 +196,8 @@ def test_padded_prefill_on_the_key_value_heads_changes_no_bit(tiny, monkeypatch,
     assert trl_compat.gqa_prefill(model) and trl_compat.gqa_prefill(model)  # applied once, idempotent
     ours_logits, ours_tokens = run()
     assert model.config._attn_implementation == trl_compat.GQA_PREFILL
-    assert (True, True) in calls and (True, False) not in calls  # every padded prefill on the key/value heads
+    on_heads = model.device.type == "cpu"  # on CUDA transformers' own path stays (gqa_prefill says why)
+    assert ((True, True) in calls) == on_heads and ((True, False) in calls) != on_heads  # every padded prefill
     assert torch.equal(stock_logits, ours_logits) and stock_tokens == ours_tokens
     calls.clear()
     model(input_ids=ids, attention_mask=mask).logits.sum().backward()  # with grad: transformers' path
@@ -216,7 +217,7 @@ def test_the_lm_head_gets_a_contiguous_input_in_generation(tiny):
     _fold_lm_head_input(model)  # once per model, however often asked
     model.get_output_embeddings().register_forward_pre_hook(lambda m, args: seen.append(args[0].is_contiguous()))
     with torch.no_grad():
-        model(input_ids=torch.tensor([[5, 6, 7, 8]] * 3), logits_to_keep=1)
+        model(input_ids=torch.tensor([[5, 6, 7, 8]] * 3, device=model.device), logits_to_keep=1)
     assert seen == [True]
     assert len(model.get_output_embeddings()._forward_pre_hooks) == 2
 

@@ -52,6 +52,7 @@ def hf_generate_fn(model, tokenizer, config, greedy: bool, seed: int,
     from agentlab.engines.weights import for_generation
 
     model = for_generation(model, config.precision)
+    device = next(model.parameters()).device  # inputs go where the weights are (a CUDA model on a GPU)
     if levers:
         _fold_lm_head_input(model)
         gqa_prefill(model)
@@ -66,7 +67,7 @@ def hf_generate_fn(model, tokenizer, config, greedy: bool, seed: int,
     def encode_prefix(prefix: tuple[int, ...]):
         if cached.get("key") != prefix:
             with torch.no_grad():
-                out = model(input_ids=torch.tensor([prefix]), use_cache=True, logits_to_keep=1)
+                out = model(input_ids=torch.tensor([prefix], device=device), use_cache=True, logits_to_keep=1)
             cached.update(key=prefix, cache=cache_of(out))
         return cached["cache"]
 
@@ -85,9 +86,9 @@ def hf_generate_fn(model, tokenizer, config, greedy: bool, seed: int,
         width_cached, rests = max(own), [s[n:] for s, n in zip(seqs, own, strict=True)]
         width = max(map(len, rests))
         ids = torch.tensor([[pad] * (width_cached - n) + s[:n] + [pad] * (width - len(r)) + r
-                            for s, n, r in zip(seqs, own, rests, strict=True)])
+                            for s, n, r in zip(seqs, own, rests, strict=True)], device=device)
         attn = torch.tensor([[0] * (width_cached - n) + [1] * n + [0] * (width - len(r)) + [1] * len(r)
-                             for n, r in zip(own, rests, strict=True)])
+                             for n, r in zip(own, rests, strict=True)], device=device)
         capacity = width_cached + width + config.max_new_tokens
         kwargs = {}
         if any(hits):

@@ -70,13 +70,17 @@ _COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def for_generation(model, precision: str = "auto"):
     """The model to decode with, reflecting ``model``'s weights *now*.
 
-    ``model`` itself when the resolved precision is fp32, the model is not an fp32 CPU model (GPU models are
-    bf16 already), or ``precision`` says so; otherwise a cached bf16 copy with any LoRA merged in, re-synced on
-    every call. Call it again after the weights change (``run_episodes`` does, once per call)."""
+    ``model`` itself when the resolved precision is fp32 or the model is not fp32 (Unsloth's GPU models are bf16
+    already); otherwise a cached bf16 copy with any LoRA merged in, re-synced on every call. Call it again after
+    the weights change (``run_episodes`` does, once per call).
+
+    On CUDA too (found on the first GPU run): the trainer's model carries accelerate's autocast wrapper on its
+    forward, which ``generate`` bypasses, so a prefix encoded through the wrapper (bf16 values) and tokens decoded
+    without it (fp32) met in one cache and attention refused the mixed dtypes. The copy has no wrapper."""
     import torch
 
     param = next(model.parameters(), None)
-    if param is None or param.device.type != "cpu" or param.dtype != torch.float32 or resolve(precision) == "fp32":
+    if param is None or param.dtype != torch.float32 or resolve(precision) == "fp32":
         return model
     copy = _COPIES.get(model)
     if copy is None:

