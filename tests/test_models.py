@@ -140,3 +140,18 @@ def test_two_loaders_finding_no_cache_build_it_once(tmp_path, monkeypatch):
     for w in workers:
         w.join()
     assert len(builds) == 1 and models._cache_is_valid(folder, models._source_stamp(gguf))
+
+
+def test_on_a_cuda_machine_the_policy_is_placed_on_this_process_gpu(monkeypatch):
+    """Evaluations load the policy and decode with it where it is: on a GPU machine that must be the GPU (the
+    trainers move it themselves; an evaluation would have run on the CPU). Each process takes its own GPU."""
+    import torch
+
+    model, _ = models.tiny_random()
+    seen = []
+    monkeypatch.setattr(type(model), "to", lambda self, device: seen.append(str(device)) or self)
+    assert models._placed(model) is model and seen == []  # no CUDA: where it was loaded
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    models._placed(model)
+    assert seen == ["cuda:1"]

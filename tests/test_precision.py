@@ -154,3 +154,20 @@ def test_shared_prefix_survives_transformers_gradient_checkpointing(tiny, script
     from transformers.modeling_layers import GradientCheckpointingLayer
 
     assert all(m.gradient_checkpointing for m in model.modules() if isinstance(m, GradientCheckpointingLayer))
+
+
+def test_a_model_off_the_cpu_decodes_from_the_bf16_copy_too(tiny):
+    """On CUDA the trainer's model carries accelerate's autocast wrapper, which ``generate`` bypasses: decoding it
+    directly mixed bf16 and fp32 in one cache (seen on an H200). An fp32 model anywhere decodes from the copy (a
+    model on the meta device stands in for one on a GPU here); a bf16 one is used as it is."""
+    import copy
+
+    import torch
+
+    from agentlab.engines.weights import for_generation
+
+    model = copy.deepcopy(tiny[0]).to("meta")
+    decoding = for_generation(model, "bf16")
+    assert decoding is not model and next(decoding.parameters()).dtype == torch.bfloat16
+    half = model.to(torch.bfloat16)
+    assert for_generation(half, "bf16") is half
