@@ -42,6 +42,45 @@ def game_entry(run: Path, arm: str) -> dict:
             "moves": mean_ci([sum(len(t.tool_calls) for t in ep.turns) for ep in episodes])}
 
 
+def scripted_entry(run: Path) -> dict:
+    """Calibration rows: the game's two scripts played on the same test games (win rate with a 95% CI)."""
+    from agentlab.evals import mean_ci
+
+    sys.path.insert(0, str(EXAMPLE.parent))
+    from textarena_games import binary_search, cheap_hop, play
+
+    games = [json.loads(line)["answer"] for line in (run / "tasks" / "test.jsonl").read_text().splitlines()]
+    return {name: mean_ci([play(row, strategy)[1] for row in games])
+            for name, strategy in (("cheap_hop", cheap_hop), ("binary_search", binary_search))}
+
+
+ARMS = ("sft_best", "sft_matched", "expert_iteration", "grpo")
+
+
+def markdown_table(result: dict) -> str:
+    """README's table: per seed, each arm's win rate on the held-out games, GRPO minus each arm (paired; bold
+    where the CI is above 0), and the two scripts on the same games."""
+    def ci(x: dict, sign: str = "") -> str:
+        text = f"{x['mean']:{sign}.3f} [{x['ci_low']:{sign}.3f}, {x['ci_high']:{sign}.3f}]"
+        return f"**{text}**" if sign and x["ci_low"] > 0 else text
+
+    arms = [a for a in ARMS if any(a in s for s in result["seeds"])]
+    others = [a for a in arms if a != "grpo"]
+    title = (f"*{result['package']} {result['version']}, {result['game']}: wins on {result['n']} held-out games per "
+             f"arm (greedy); demonstrations: {result['regime']}*")
+    rows = [title, "",
+            "| seed | " + " | ".join(f"`{a}`" for a in arms) + " | " + " | ".join(f"GRPO − `{a}`" for a in others)
+            + " | scripts: cheap hop / binary search |",
+            "|---" * (1 + len(arms) + len(others) + 1) + "|"]
+    for s in result["seeds"]:
+        scripted = s.get("scripted", {})
+        rows.append(f"| {s['seed']} | " + " | ".join(ci(s[a]["win"]) if a in s else "—" for a in arms) + " | "
+                    + " | ".join(ci(s[f"grpo_minus_{a}"], "+") if f"grpo_minus_{a}" in s else "—" for a in others)
+                    + " | " + " / ".join(f"{scripted[k]['mean']:.3f}" for k in ("cheap_hop", "binary_search")
+                                         if k in scripted) + " |")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> int:
     from agentlab.compare import ARMS, CompareConfig, run_compare
     from agentlab.demos import replay
@@ -80,7 +119,8 @@ def main(argv=None) -> int:
         cfg = base.replace(name=f"{root.relative_to(runs_dir()).as_posix()}/seed-{seed}", seed=seed)
         result = run_compare(cfg, arms=arms)
         run = runs_dir() / cfg.name
-        entry = {"seed": seed, "n": result["n"], **{arm: game_entry(run, arm) for arm in arms if arm in result}}
+        entry = {"seed": seed, "n": result["n"], **{arm: game_entry(run, arm) for arm in arms if arm in result},
+                 "scripted": scripted_entry(run)}
         entry.update({k: v for k, v in result.items() if k.startswith("grpo_minus_")})
         entry["choices"] = {k: {x: y for x, y in c.items() if x != "adapter"} for k, c in result["choices"].items()}
         seeds.append(entry)
