@@ -102,8 +102,8 @@ class LocalJudge:
                                                                    answer=answer)}]
         ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
         with torch.no_grad():
-            out = policy.generate(torch.tensor([ids], device=policy.device), max_new_tokens=self.max_new_tokens, do_sample=False,
-                                  pad_token_id=tok.eos_token_id)
+            out = policy.generate(torch.tensor([ids], device=policy.device), max_new_tokens=self.max_new_tokens,
+                                  do_sample=False, pad_token_id=tok.eos_token_id)
         return grade(tok.decode(out[0, len(ids):], skip_special_tokens=True))
 
 

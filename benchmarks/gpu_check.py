@@ -6,8 +6,8 @@
 What it runs, each step a subprocess with its own time limit, its exit status, seconds and the end of its output
 recorded (a failed step does not stop the later ones):
 
-1. the tests whose numerics a device could change, with the policy on CUDA (``load_policy`` places it there):
-   prefix-cached against uncached generation, the shared-prefix forward against TRL's, precision;
+1. ``tests/test_rollout.py`` with the policy on CUDA (``load_policy`` places it there): prefix-cached and row-reusing
+   generation against uncached, the padded prefill, TRL's tool loop (the other numerics tests build CPU batches);
 2. ``agentlab quickstart --smoke`` (tiny model): synthesis, evaluation, SFT search, GRPO, matched SFT, report;
 3. ``agentlab sft`` on ``lookup`` with SmolLM2 (16 steps, the quickstart's rate), then one GRPO step run of each
    trainer of ``grpo_step.py`` from that adapter — stock TRL (``environment_factory``) and ours — 3 steps each, the

@@ -65,8 +65,7 @@ def make_trainer(kind: str, steps: int, adapter: str | None, tmp: Path, callback
         args = GRPOConfig(output_dir=str(tmp), max_steps=steps, per_device_train_batch_size=8, num_generations=4,
                           learning_rate=exp.lr, temperature=exp.temperature, max_completion_length=exp.max_context,
                           max_tool_calling_iterations=exp.max_turns - 1, use_cpu=not torch.cuda.is_available(),
-                          report_to=[],
-                          save_strategy="no", logging_steps=1, seed=0)
+                          report_to=[], save_strategy="no", logging_steps=1, seed=0)
         trainer = GRPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
                               environment_factory=spec.env_class, peft_config=peft, callbacks=list(callbacks))
     else:  # the trainer users train with (recorder, non-finite guard), without checkpoints

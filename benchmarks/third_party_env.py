@@ -54,17 +54,15 @@ def scripted_entry(run: Path) -> dict:
             for name, strategy in (("cheap_hop", cheap_hop), ("binary_search", binary_search))}
 
 
-ARMS = ("sft_best", "sft_matched", "expert_iteration", "grpo")
+TABLE_ARMS = ("sft_best", "sft_matched", "expert_iteration", "grpo")
 
 
 def markdown_table(result: dict) -> str:
     """README's table: per seed, each arm's win rate on the held-out games, GRPO minus each arm (paired; bold
     where the CI is above 0), and the two scripts on the same games."""
-    def ci(x: dict, sign: str = "") -> str:
-        text = f"{x['mean']:{sign}.3f} [{x['ci_low']:{sign}.3f}, {x['ci_high']:{sign}.3f}]"
-        return f"**{text}**" if sign and x["ci_low"] > 0 else text
+    from tables import _ci, _diff  # the other tables' formats: "mean [low, high]", a difference bold above 0
 
-    arms = [a for a in ARMS if any(a in s for s in result["seeds"])]
+    arms = [a for a in TABLE_ARMS if any(a in s for s in result["seeds"])]
     others = [a for a in arms if a != "grpo"]
     title = (f"*{result['package']} {result['version']}, {result['game']}: wins on {result['n']} held-out games per "
              f"arm (greedy); demonstrations: {result['regime']}*")
@@ -74,8 +72,8 @@ def markdown_table(result: dict) -> str:
             "|---" * (1 + len(arms) + len(others) + 1) + "|"]
     for s in result["seeds"]:
         scripted = s.get("scripted", {})
-        rows.append(f"| {s['seed']} | " + " | ".join(ci(s[a]["win"]) if a in s else "—" for a in arms) + " | "
-                    + " | ".join(ci(s[f"grpo_minus_{a}"], "+") if f"grpo_minus_{a}" in s else "—" for a in others)
+        rows.append(f"| {s['seed']} | " + " | ".join(_ci(s[a]["win"], "mean") if a in s else "—" for a in arms) + " | "
+                    + " | ".join(_diff(s[f"grpo_minus_{a}"]) if f"grpo_minus_{a}" in s else "—" for a in others)
                     + " | " + " / ".join(f"{scripted[k]['mean']:.3f}" for k in ("cheap_hop", "binary_search")
                                          if k in scripted) + " |")
     return "\n".join(rows)
