@@ -35,11 +35,10 @@ SMOKE = {"model": "tiny-random", "train": "40", "validation": "4", "test": "6", 
 
 def game_entry(run: Path, arm: str) -> dict:
     """Win rate and moves per game of one arm's test rollouts, each with a 95% CI."""
-    from agentlab.evals import mean_ci, read_rollouts
+    sys.path.insert(0, str(EXAMPLE.parent))
+    from textarena_games import game_figures
 
-    episodes = read_rollouts(run / "test" / arm / "rollouts.jsonl")[0]
-    return {"win": mean_ci([ep.success for ep in episodes]),
-            "moves": mean_ci([sum(len(t.tool_calls) for t in ep.turns) for ep in episodes])}
+    return game_figures(run / "test" / arm / "rollouts.jsonl")
 
 
 def scripted_entry(run: Path) -> dict:
@@ -88,7 +87,7 @@ def main(argv=None) -> int:
     from agentlab.runs import write_jsonl
 
     sys.path.insert(0, str(EXAMPLE.parent))
-    from textarena_games import GAME, rows
+    from textarena_games import GAME, rows, rows_needed
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -99,7 +98,7 @@ def main(argv=None) -> int:
     root = runs_dir() / ("third-party-smoke" if a.smoke else "third-party") / "guess-the-number"
     rows_file, demos_file = root / "rows.jsonl", root / "cheap_demos.jsonl"
     sizes = {k: int(settings[k]) for k in ("train", "validation", "test")}
-    n_rows = int(1.25 * max(sizes["train"] / 0.8, sizes["validation"] / 0.1, sizes["test"] / 0.1))
+    n_rows = rows_needed(sizes)
     root.mkdir(parents=True, exist_ok=True)
     if not rows_file.exists():  # the class's rows are split by a hash: ~80% train, ~10% validation, ~10% test
         write_jsonl(rows_file, rows(n_rows))

@@ -127,6 +127,20 @@ def rows(n: int, game: str = GAME, first_seed: int = 0) -> list[dict]:
     return out
 
 
+def rows_needed(sizes: dict) -> int:
+    """Rows to write so that the hash split (~80% train, ~10% validation, ~10% test) holds ``sizes``, with slack."""
+    return int(1.25 * max(sizes["train"] / 0.8, sizes["validation"] / 0.1, sizes["test"] / 0.1))
+
+
+def game_figures(rollouts: Path) -> dict:
+    """Win rate and guesses per game of one arm's rollouts file, each a mean with its 95% CI."""
+    from agentlab.evals import mean_ci, read_rollouts
+
+    episodes = read_rollouts(rollouts)[0]
+    return {"win": mean_ci([ep.success for ep in episodes]),
+            "moves": mean_ci([sum(len(t.tool_calls) for t in ep.turns) for ep in episodes])}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=1500)

@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 pytest.importorskip("textarena", reason="the example's own requirement: run `make setup-examples`")
 
-from textarena_games import GuessTheNumber, binary_search, cheap_hop, play, rows
+from textarena_games import GuessTheNumber, binary_search, cheap_hop, game_figures, play, rows, rows_needed
 
 
 def test_the_wrapped_game_plays_the_real_engine():
@@ -59,6 +59,33 @@ def test_shipped_calls_replay_into_demonstrations_of_the_cheap_strategy(tmp_path
     assert all(d["messages"][-1] == {"role": "assistant", "content": "I won."} for d in demos)
     assert not any("[Player]" in r for r in replies)
     assert "the verifier says no" in said  # the cheap walk loses some games, and says which
+
+
+def test_rows_needed_fill_every_split_of_the_hash_split(tmp_path):
+    """The study's and notebook 10's row count: the class's hash split then holds every split's asked size."""
+    from agentlab.envs import load
+    from agentlab.pipeline import resolve_env
+
+    sizes = {"train": 120, "validation": 12, "test": 12}
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows(rows_needed(sizes))))
+    example = Path(__file__).resolve().parent.parent / "examples" / "textarena_games.py"
+    spec = load(resolve_env(f"{example}:GuessTheNumber", str(tmp_path / "rows.jsonl")))
+    assert {name: len(spec.make_tasks(name, n)) for name, n in sizes.items()} == sizes
+
+
+def test_game_figures_count_wins_and_guesses_of_a_rollouts_file(tmp_path):
+    """Win rate and guesses per game as the study's table reports them, from rollouts written by the library."""
+    from agentlab.types import Episode, Task, Turn
+
+    def episode(guesses: int, won: bool) -> str:
+        calls = [{"name": "guess", "arguments": {"number": 25}}] * guesses
+        task = Task(id="t", env="GuessTheNumber", question="", answer={})
+        return Episode(task=task, turns=[Turn(text="", tool_calls=calls)], metrics={"success": float(won)}).to_json()
+
+    (tmp_path / "rollouts.jsonl").write_text("".join(episode(*x) + "\n" for x in ((3, True), (10, False), (5, True))))
+    figures = game_figures(tmp_path / "rollouts.jsonl")
+    assert figures["win"]["mean"] == pytest.approx(2 / 3) and figures["moves"]["mean"] == pytest.approx(6.0)
+    assert figures["win"]["n"] == 3 and figures["moves"]["ci_low"] <= 6.0 <= figures["moves"]["ci_high"]
 
 
 def test_the_third_party_study_runs_end_to_end_on_the_tiny_model(tmp_path, monkeypatch, capsys):
