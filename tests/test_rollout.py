@@ -301,7 +301,10 @@ def test_same_tokens_as_trl_tool_loop(tiny, tmp_path):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
+    import copy
+
     model, tok = tiny
+    model = copy.deepcopy(model)  # GRPOTrainer patches the model it is given; the session's shared one stays as loaded
     tasks = SPEC.make_tasks("test", 2, seed=4)
     renderer = Renderer(tok, SPEC.env_class)
     rows = [{"prompt": renderer.messages(t), "task": t.to_json()} for t in tasks]
