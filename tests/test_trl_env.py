@@ -85,7 +85,10 @@ def test_same_tokens_as_trl_for_a_trl_style_class(tiny, tmp_path, observation):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
+    import copy
+
     model, tok = tiny
+    model = copy.deepcopy(model)  # GRPOTrainer patches the model it is given; the session's shared one stays as loaded
     data = rows(2, observation)
     spec = spec_from_class(Guess, data, eval_rows=data)
     tasks = spec.make_tasks("train", 2)
