@@ -75,7 +75,15 @@ def markdown_table(result: dict) -> str:
                     + " | ".join(_diff(s[f"grpo_minus_{a}"]) if f"grpo_minus_{a}" in s else "—" for a in others)
                     + " | " + " / ".join(f"{scripted[k]['mean']:.3f}" for k in ("cheap_hop", "binary_search")
                                          if k in scripted) + " |")
+    rows += ["", "; ".join(_tally(result["seeds"], a) for a in others) + "."]
     return "\n".join(rows)
+
+
+def _tally(seeds: list[dict], arm: str) -> str:
+    """"GRPO − `arm`: above 0 in a, below 0 in b, indistinguishable in c of n seeds" (paired 95% CIs)."""
+    ds = [s[f"grpo_minus_{arm}"] for s in seeds if f"grpo_minus_{arm}" in s]
+    up, down = sum(d["ci_low"] > 0 for d in ds), sum(d["ci_high"] < 0 for d in ds)
+    return f"GRPO − `{arm}`: above 0 in {up}, below 0 in {down}, indistinguishable in {len(ds) - up - down} of {len(ds)} seeds"
 
 
 def main(argv=None) -> int:

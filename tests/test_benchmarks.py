@@ -141,6 +141,29 @@ def test_calibration_rows_are_the_scripted_strategies_on_the_seeds_test_tasks():
     assert scripted_rows(study["env"], study["config"], seed["seed"]) == seed["scripted"]
 
 
+def test_the_third_party_table_counts_seeds_by_where_each_paired_ci_lies():
+    """third_party_env's README table: a row per seed, and a line counting, per arm, the seeds whose GRPO − arm
+    CI lies above 0, below 0, or across it (a seed without that arm is not counted)."""
+    from third_party_env import markdown_table
+
+    def ci(mean, low, high):
+        return {"mean": mean, "ci_low": low, "ci_high": high, "n": 200}
+
+    def seed(i, d_best, d_matched=None):
+        entry = {"seed": i, "sft_best": {"win": ci(0.7, 0.6, 0.8)}, "grpo": {"win": ci(0.8, 0.7, 0.9)},
+                 "grpo_minus_sft_best": d_best, "scripted": {"cheap_hop": ci(0.6, 0.5, 0.7)}}
+        if d_matched:
+            entry.update({"sft_matched": {"win": ci(0.9, 0.85, 0.95)}, "grpo_minus_sft_matched": d_matched})
+        return entry
+
+    result = {"package": "textarena", "version": "0", "game": "g", "n": 200, "regime": "r",
+              "seeds": [seed(0, ci(0.1, 0.02, 0.2), ci(-0.1, -0.2, -0.03)), seed(1, ci(0.0, -0.05, 0.05))]}
+    lines = markdown_table(result).splitlines()
+    assert len([line for line in lines if line.startswith(("| 0 |", "| 1 |"))]) == 2
+    assert lines[-1] == ("GRPO − `sft_best`: above 0 in 1, below 0 in 0, indistinguishable in 1 of 2 seeds; "
+                         "GRPO − `sft_matched`: above 0 in 0, below 0 in 1, indistinguishable in 0 of 1 seeds.")
+
+
 def test_the_grpo_step_benchmark_times_the_trainer_users_train_with(tmp_path):
     """benchmarks/grpo_step.py's agentlab trainer comes from train.build_trainer, so the step it times carries the
     metrics recorder and the non-finite-update guard (it used to rebuild the trainer from private parts, without)."""

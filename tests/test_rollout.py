@@ -298,10 +298,10 @@ def test_rows_reused_across_turns_match_uncached_decoding(tiny, precision):
 
 def test_same_tokens_as_trl_tool_loop(tiny, tmp_path):
     """Render the same scripted episodes with TRL's GRPOTrainer tool loop and with ours: identical ids and masks."""
+    import copy
+
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
-
-    import copy
 
     model, tok = tiny
     model = copy.deepcopy(model)  # GRPOTrainer patches the model it is given; the session's shared one stays as loaded

@@ -82,10 +82,10 @@ def _turns(tok, renderer, task_of_prompt):
 @pytest.mark.parametrize("observation", [" (between 0 and 9)", None])
 def test_same_tokens_as_trl_for_a_trl_style_class(tiny, tmp_path, observation):
     """Prompt (with reset's observation where TRL puts it), completions and masks equal TRL's own tool loop."""
+    import copy
+
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
-
-    import copy
 
     model, tok = tiny
     model = copy.deepcopy(model)  # GRPOTrainer patches the model it is given; the session's shared one stays as loaded
