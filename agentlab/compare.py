@@ -139,7 +139,8 @@ class Comparison:
         default ``cfg.sft.steps``), every adapter scored on validation; the best one.
 
         When the best point sits at the grid's last step count, that run is continued (the step count doubled,
-        up to ``sft_extend`` times) until validation stops improving: the search reaches the validation peak. A
+        up to ``sft_extend`` times) until validation stops improving — past ``sft_patience`` dips, continuing the
+        dipped run — so the search reaches the validation peak. A
         decaying schedule cannot be continued (its rate reached 0), so its longer point is a fresh run of twice
         the steps. Ties go to the smaller step count, then the smaller learning rate, then the constant schedule
         (the cheaper choice).
@@ -176,12 +177,14 @@ class Comparison:
                                 self.sft_settings(lr, max(steps), schedule), save_at=steps)
                 for s in steps:
                     score(lr, schedule, s, folder / f"adapter-step-{s}")
-        last = max(steps)
+        last, chain, misses = max(steps), None, 0  # chain: the run being continued (its rate, schedule, adapter)
         for _ in range(self.cfg.sft.extend):
-            point, adapter = best[1], best[2]
-            if point["steps"] != last:
-                break
-            lr, schedule = point["lr"], point.get("schedule", "constant")
+            if chain is None:
+                point = best[1]
+                if point["steps"] != last:
+                    break
+                chain = (point["lr"], point.get("schedule", "constant"), best[2])
+            lr, schedule, adapter = chain
             folder = folder_of(lr, schedule)
             target = folder / f"adapter-step-{2 * last}"
             if not (target / "adapter_config.json").exists():
@@ -194,9 +197,9 @@ class Comparison:
                                 folder / f"run-{2 * last}", self.sft_settings(lr, 2 * last, schedule),
                                 save_at=(2 * last,))
                     (folder / f"run-{2 * last}" / f"adapter-step-{2 * last}").rename(target)
-            improved = score(lr, schedule, 2 * last, target)
-            last *= 2
-            if not improved:
+            misses = 0 if score(lr, schedule, 2 * last, target) else misses + 1
+            last, chain = 2 * last, (lr, schedule, target)
+            if misses > self.cfg.sft.patience:
                 break
         _, point, adapter = best
         choice = {**point, "adapter": self.run.rel(adapter), "at_edge": point["steps"] == last}

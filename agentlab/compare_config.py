@@ -38,7 +38,9 @@ SFT_ALWAYS = ("lrs", "steps", "batch", "extend")  # written to config.json alway
 @dataclass(frozen=True)
 class SFTSearch:
     """The SFT arms' search: every learning rate x step count scored on validation; the best run continued
-    (steps doubled, up to ``extend`` times) while validation still improves."""
+    (steps doubled, up to ``extend`` times) while validation still improves — or, with ``patience`` p, until p + 1
+    doublings in a row did not improve it (64 validation tasks are noisy: one dip can stop a search short of its
+    peak)."""
 
     lrs: tuple[float, ...] = (3e-4, 1e-3, 3e-3)
     steps: tuple[int, ...] = (4, 8, 16, 32)
@@ -46,6 +48,7 @@ class SFTSearch:
     extend: int = 2
     schedules: tuple[str, ...] = ("constant",)   # also decaying ones ("cosine", "linear"): each its own runs
     all_epochs: tuple[float, ...] = (0.5, 1, 2, 4)  # sft_all's step counts, in epochs of its demonstrations
+    patience: int = 0  # doublings tried past one that did not improve validation
 
     def __post_init__(self):
         errors = []
@@ -57,8 +60,9 @@ class SFTSearch:
             errors.append(f"sft_lrs={self.lrs} must be positive learning rates")
         if not self.steps or any(s < 1 for s in self.steps):
             errors.append(f"sft_steps={self.steps} must be positive step counts")
-        if self.batch < 1 or self.extend < 0:
-            errors.append(f"sft_batch={self.batch} must be >= 1 and sft_extend={self.extend} >= 0")
+        if self.batch < 1 or self.extend < 0 or self.patience < 0:
+            errors.append(f"sft_batch={self.batch} must be >= 1, sft_extend={self.extend} and "
+                          f"sft_patience={self.patience} >= 0")
         if errors:
             raise ValueError("bad comparison config: " + "; ".join(errors))
 

@@ -224,6 +224,42 @@ def test_a_decaying_schedule_is_searched_beside_the_constant_one_and_lengthened_
         CompareConfig.of(sft_schedules=("warmup",))
 
 
+@pytest.mark.parametrize("patience, reached, chosen", [(0, 4, 2), (1, 16, 16)])
+def test_patience_continues_the_search_past_a_dip_in_validation(tmp_path, monkeypatch, patience, reached, chosen):
+    """Validation by steps 1: .1, 2: .3, 4: .2 (a dip), 8: .4, 16: .5: without patience the search stops at the dip
+    and keeps 2 steps; with patience 1 it continues from the dipped run to the later peak. Fake training and scores:
+    the search is under test."""
+    import agentlab.train
+    from agentlab.compare import Comparison
+
+    monkeypatch.setenv("AGENTLAB_RUNS", str(tmp_path))
+    continued = []
+
+    def fake_sft(model, demos, folder, settings, save_at=(), init_adapter=None, **_):
+        if init_adapter is not None:
+            continued.append(init_adapter.name)
+        for s in save_at or ():
+            (folder / f"adapter-step-{s}").mkdir(parents=True)
+            (folder / f"adapter-step-{s}" / "adapter_config.json").write_text("{}")
+        if not save_at:
+            (folder / "adapter").mkdir(parents=True)
+
+    curve = {1: 0.1, 2: 0.3, 4: 0.2, 8: 0.4, 16: 0.5}
+
+    def fake_eval(self, folder, adapter, tasks, label):
+        return {"success": {"mean": curve[int(str(folder).rsplit("-", 1)[1])], "ci_low": 0, "ci_high": 1, "n": 4}}
+
+    monkeypatch.setattr(agentlab.train, "run_sft", fake_sft)
+    monkeypatch.setattr(Comparison, "evaluate", fake_eval)
+    cmp = Comparison(CompareConfig.smoke(name=f"patience-{patience}", sft_lrs=(1e-3,), sft_extend=3,
+                                         sft_patience=patience))
+    choice = cmp.sft_search("sft_best", [], (1e-3,), [])
+    assert choice["steps"] == chosen and max(t["steps"] for t in cmp.tried) == reached
+    assert continued == ["adapter-step-2", "adapter-step-4", "adapter-step-8"][: len(continued)] and continued
+    with pytest.raises(ValueError, match="sft_patience"):
+        CompareConfig.of(sft_patience=-1)
+
+
 def test_expert_iteration_keeps_every_distinct_verified_success_once(tiny):
     """Two samples of one task that generated the same tokens are one demonstration; a failure or an infra-failed
     success is none; a different success of the same task is kept too (rft keeps one per task)."""
