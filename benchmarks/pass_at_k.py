@@ -60,11 +60,71 @@ def main(argv=None) -> int:
         entry["arms"][arm] = pass_at_k_curve(per_task(read_rollouts(out / "rollouts.jsonl")[0]), a.k)
         first, last = entry["arms"][arm][0], entry["arms"][arm][-1]
         print(f"[pass@k] {arm}: pass@1 {first['mean']:.3f}, pass@{a.k} {last['mean']:.3f}", flush=True)
+    if {"sft_best", "grpo"} <= set(entry["arms"]):
+        entry["grpo_minus_sft_best"] = paired_pass(run.path / "pass_at_k", a.k)
     path = RESULTS / "pass_at_k.json"
     results = json.loads(path.read_text()) if path.exists() else {}
     results[a.run] = entry
     print(f"-> {write_result('pass_at_k.json', results)}")
+    print(f"-> {plot(results, RESULTS / 'pass_at_k.png')}")
     return 0
+
+
+def paired_pass(folder: Path, k: int) -> dict:
+    """GRPO − ``sft_best`` in pass@1 and pass@k, paired by task: the unbiased estimator per task on the tasks both
+    sampled ``k`` times, the mean difference with a 95% paired bootstrap CI."""
+    from agentlab.evals import paired_bootstrap_ci, pass_at_k, per_task, read_rollouts
+
+    samples = {arm: per_task(read_rollouts(folder / arm / "rollouts.jsonl")[0]) for arm in ("sft_best", "grpo")}
+    common = sorted(t for t in samples["sft_best"]
+                    if t in samples["grpo"] and min(len(samples["sft_best"][t]), len(samples["grpo"][t])) >= k)
+    out = {}
+    for j in (1, k):
+        est = {arm: [pass_at_k(len(samples[arm][t]), int(sum(x >= 1.0 for x in samples[arm][t])), j) for t in common]
+               for arm in samples}
+        low, high = paired_bootstrap_ci(est["sft_best"], est["grpo"])
+        diff = sum(est["grpo"]) / len(common) - sum(est["sft_best"]) / len(common)
+        out[f"pass@{j}"] = {"mean": diff, "ci_low": low, "ci_high": high, "n": len(common)}
+    return out
+
+
+def markdown_table(results: dict) -> str:
+    """docs' table: per run, each arm's pass@1 and pass@k on its validation tasks (95% bootstrap CI over tasks)."""
+    from tables import _ci, _diff
+
+    rows = [("| run | tasks × samples (T) | `sft_best` pass@1 | GRPO pass@1 | `sft_best` pass@k | GRPO pass@k "
+            "| GRPO − `sft_best`, paired: pass@1 | pass@k |"), "|---|---|---|---|---|---|---|---|"]
+    for name, e in results.items():
+        cells = [_ci(e["arms"][arm][i], "mean") if arm in e["arms"] else "—"
+                 for i in (0, -1) for arm in ("sft_best", "grpo")]
+        paired = e.get("grpo_minus_sft_best", {})
+        cells += [_diff(paired[f"pass@{j}"]) if f"pass@{j}" in paired else "—" for j in (1, e["k"])]
+        rows.append(f"| `{name}` | {e['n']} × {e['k']} (T = {e['temperature']:g}) | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def plot(results: dict, out: Path) -> Path:
+    """One panel per run: pass@j against j for each arm, with its 95% CI band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.4), sharey=True, squeeze=False)
+    for ax, (name, e) in zip(axes[0], results.items()):
+        for arm, curve in e["arms"].items():
+            ks = [c["k"] for c in curve]
+            ax.plot(ks, [c["mean"] for c in curve], marker="o", ms=3, label=arm)
+            ax.fill_between(ks, [c["ci_low"] for c in curve], [c["ci_high"] for c in curve], alpha=0.2)
+        ax.set_title(name.removeprefix("seed-systems/"), fontsize=9)
+        ax.set_xlabel(f"k (samples per task, T = {e['temperature']:g})")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("pass@k on validation (95% CI over tasks)")
+    axes[0][0].legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
 
 
 if __name__ == "__main__":

@@ -164,6 +164,30 @@ def test_the_third_party_table_counts_seeds_by_where_each_paired_ci_lies():
                          "GRPO − `sft_matched`: above 0 in 0, below 0 in 1, indistinguishable in 0 of 1 seeds.")
 
 
+def test_pass_at_k_pairs_the_two_arms_by_task(tmp_path):
+    """GRPO solves task a in every sample where sft_best solved it in one of 4, and both solve b always and c never:
+    pass@1 rises by (1 − 1/4) / 3, pass@4 not at all (sharpening), each paired over the 3 tasks."""
+    from pass_at_k import markdown_table, paired_pass
+
+    from agentlab.types import Episode, Task
+
+    def write(arm, wins):
+        folder = tmp_path / arm
+        folder.mkdir()
+        eps = [Episode(task=Task(id=t, env="lookup", question=t, answer={}), metrics={"success": float(w)}, sample=i)
+               for t, ws in wins.items() for i, w in enumerate(ws)]
+        (folder / "rollouts.jsonl").write_text("".join(ep.to_json() + "\n" for ep in eps))
+
+    write("sft_best", {"a": [1, 0, 0, 0], "b": [1, 1, 1, 1], "c": [0, 0, 0, 0]})
+    write("grpo", {"a": [1, 1, 1, 1], "b": [1, 1, 1, 1], "c": [0, 0, 0, 0]})
+    d = paired_pass(tmp_path, 4)
+    assert d["pass@1"]["mean"] == pytest.approx(0.75 / 3) and d["pass@4"]["mean"] == 0 and d["pass@1"]["n"] == 3
+    assert d["pass@4"]["ci_low"] == d["pass@4"]["ci_high"] == 0
+    curve = [{"k": j, "mean": 0.5, "ci_low": 0.4, "ci_high": 0.6, "n": 3} for j in (1, 2, 3, 4)]
+    entry = {"n": 3, "k": 4, "temperature": 1.0, "arms": {"sft_best": curve, "grpo": curve}, "grpo_minus_sft_best": d}
+    assert markdown_table({"run": entry}).splitlines()[-1].endswith("| +0.250 [+0.000, +0.750] | +0.000 [+0.000, +0.000] |")
+
+
 def test_the_grpo_step_benchmark_times_the_trainer_users_train_with(tmp_path):
     """benchmarks/grpo_step.py's agentlab trainer comes from train.build_trainer, so the step it times carries the
     metrics recorder and the non-finite-update guard (it used to rebuild the trainer from private parts, without)."""
