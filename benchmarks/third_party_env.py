@@ -53,6 +53,19 @@ def scripted_entry(run: Path) -> dict:
             for name, strategy in (("cheap_hop", cheap_hop), ("binary_search", binary_search))}
 
 
+def grpo_training(run: Path) -> dict:
+    """What GRPO had to learn from, per step of its ``metrics.jsonl``: the share of groups with zero reward variance
+    (no advantage, no gradient), the policy's entropy at the first and last step, the rollouts it saw."""
+    from agentlab.runs import read_jsonl
+
+    steps = [r for r in read_jsonl(run / "grpo" / "metrics.jsonl")[0] if "zero_variance_groups" in r]
+    cfg = json.loads((run / "config.json").read_text())
+    return {"steps": len(steps), "rollouts": len(steps) * int(cfg["groups_per_step"]) * int(cfg["group_size"]),
+            "zero_variance": sum(r["zero_variance_groups"] for r in steps) / len(steps),
+            "entropy_first": steps[0]["entropy"], "entropy_last": steps[-1]["entropy"],
+            "train_success": sum(r["success_mean"] for r in steps) / len(steps)}
+
+
 TABLE_ARMS = ("sft_best", "sft_matched", "expert_iteration", "grpo")
 
 
@@ -76,6 +89,12 @@ def markdown_table(result: dict) -> str:
                     + " | " + " / ".join(f"{scripted[k]['mean']:.3f}" for k in ("cheap_hop", "binary_search")
                                          if k in scripted) + " |")
     rows += ["", "; ".join(_tally(result["seeds"], a) for a in others) + "."]
+    trained = [(s["seed"], s["grpo_training"]) for s in result["seeds"] if "grpo_training" in s]
+    if trained:
+        rows += ["", "GRPO's own training, by seed: " + "; ".join(
+            f"{seed}: {t['steps']} steps, {t['rollouts']} rollouts, {t['zero_variance']:.0%} of groups with zero "
+            f"reward variance, entropy {t['entropy_first']:.3f} → {t['entropy_last']:.3f} nats a token"
+            for seed, t in trained) + "."]
     return "\n".join(rows)
 
 
@@ -127,6 +146,8 @@ def main(argv=None) -> int:
         entry = {"seed": seed, "n": result["n"], **{arm: game_entry(run, arm) for arm in arms if arm in result},
                  "scripted": scripted_entry(run)}
         entry.update({k: v for k, v in result.items() if k.startswith("grpo_minus_")})
+        if "grpo" in result:
+            entry["grpo_training"] = grpo_training(run)
         entry["choices"] = {k: {x: y for x, y in c.items() if x != "adapter"} for k, c in result["choices"].items()}
         seeds.append(entry)
         if a.smoke:

@@ -102,3 +102,5 @@ def test_the_third_party_study_runs_end_to_end_on_the_tiny_model(tmp_path, monke
         assert len(episodes) == 6, arm  # every arm on the same held-out games
     said = capsys.readouterr().out
     assert "won games kept" in said and '"grpo_minus_sft_best"' in said
+    trained = third_party_env.grpo_training(run)  # what the README's line on GRPO's training reads
+    assert trained["steps"] == 1 and trained["rollouts"] == 2 and 0 <= trained["zero_variance"] <= 1
