@@ -4,7 +4,8 @@
     python benchmarks/rl_vs_sft_map.py --table    # the README's table, from the map
 
 Reads the studies' own results — ``rl_vs_sft.json`` (product_finder, every arm, scripted calibration rows) and
-``seed_systems.json`` (doc_search and code_search, each regime studied) — and writes one entry per (environment,
+``seed_systems.json`` (doc_search and code_search, each regime studied), ``third_party_env.json`` (a textarena
+game as a user's own class, its win rate as the success) — and writes one entry per (environment,
 regime): per seed, each arm's test success with its 95% CI, its seconds where the study recorded them, whether its
 choice ended at the edge of its grid (``at_edge``: a search that may not have found its peak), and GRPO minus each
 arm paired. ``scripted``: the calibration strategies' success per environment. The README's map is rendered from
@@ -83,6 +84,13 @@ def build(results: Path = RESULTS) -> dict:
                 continue
             studies.append(study_entry(env, e["regime"], e["seeds"], "success"))
             scripted.setdefault(env, scripted_means(e["seeds"], "success"))
+    path = results / "third_party_env.json"
+    if path.exists():  # a game package's own class: its win rate is the success, its scripts the calibration rows
+        tp = json.loads(path.read_text())
+        seeds = [{**s, **{arm: s[arm]["win"] for arm in ARMS if arm in s}} for s in tp["seeds"]]
+        env = f"{tp['game']} ({tp['package']})"
+        studies.append(study_entry(env, tp["regime"].split(" ")[0], seeds))
+        scripted[env] = scripted_means(seeds)
     return {"studies": studies, "scripted": scripted}
 
 
