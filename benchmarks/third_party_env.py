@@ -41,6 +41,16 @@ def game_entry(run: Path, arm: str) -> dict:
     return game_figures(run / "test" / arm / "rollouts.jsonl")
 
 
+def base_entry(cfg) -> dict:
+    """The model as it comes, greedy, on the seed's test games (the same loop and budgets as every arm): the floor."""
+    from agentlab.compare import Comparison
+    from agentlab.synth import load_tasks
+
+    cmp = Comparison(cfg)
+    cmp.evaluate(cmp.run.path / "test" / "base", None, load_tasks(cmp.run.path / "tasks" / "test.jsonl"), "base")
+    return game_entry(cmp.run.path, "base")
+
+
 def scripted_entry(run: Path) -> dict:
     """Calibration rows: the game's two scripts played on the same test games (win rate with a 95% CI)."""
     from agentlab.evals import mean_ci
@@ -66,7 +76,7 @@ def grpo_training(run: Path) -> dict:
             "train_success": sum(r["success_mean"] for r in steps) / len(steps)}
 
 
-TABLE_ARMS = ("sft_best", "sft_matched", "expert_iteration", "grpo")
+TABLE_ARMS = ("base", "sft_best", "sft_matched", "expert_iteration", "grpo")
 
 
 def markdown_table(result: dict) -> str:
@@ -75,7 +85,7 @@ def markdown_table(result: dict) -> str:
     from tables import _ci, _diff  # the other tables' formats: "mean [low, high]", a difference bold above 0
 
     arms = [a for a in TABLE_ARMS if any(a in s for s in result["seeds"])]
-    others = [a for a in arms if a != "grpo"]
+    others = [a for a in arms if a not in ("grpo", "base")]
     title = (f"*{result['package']} {result['version']}, {result['game']}: wins on {result['n']} held-out games per "
              f"arm (greedy); demonstrations: {result['regime']}*")
     rows = [title, "",
@@ -143,8 +153,8 @@ def main(argv=None) -> int:
         cfg = base.replace(name=f"{root.relative_to(runs_dir()).as_posix()}/seed-{seed}", seed=seed)
         result = run_compare(cfg, arms=arms)
         run = runs_dir() / cfg.name
-        entry = {"seed": seed, "n": result["n"], **{arm: game_entry(run, arm) for arm in arms if arm in result},
-                 "scripted": scripted_entry(run)}
+        entry = {"seed": seed, "n": result["n"], "base": base_entry(cfg),
+                 **{arm: game_entry(run, arm) for arm in arms if arm in result}, "scripted": scripted_entry(run)}
         entry.update({k: v for k, v in result.items() if k.startswith("grpo_minus_")})
         if "grpo" in result:
             entry["grpo_training"] = grpo_training(run)

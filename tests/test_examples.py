@@ -90,14 +90,15 @@ def test_game_figures_count_wins_and_guesses_of_a_rollouts_file(tmp_path):
 
 def test_the_third_party_study_runs_end_to_end_on_the_tiny_model(tmp_path, monkeypatch, capsys):
     """benchmarks/third_party_env.py --smoke: rows, the cheap script replayed into demonstrations, and every arm of
-    `agentlab compare` on the class loaded from its file, held-out games evaluated (tiny model, tiny sizes)."""
+    `agentlab compare` on the class loaded from its file, held-out games evaluated, the base model too (tiny model, tiny
+    sizes)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
     import third_party_env
 
     monkeypatch.setenv("AGENTLAB_RUNS", str(tmp_path / "runs"))
     assert third_party_env.main(["--smoke", "--seeds", "0"]) == 0
     run = tmp_path / "runs" / "third-party-smoke" / "guess-the-number" / "seed-0"
-    for arm in ("sft_best", "grpo", "sft_matched", "expert_iteration"):
+    for arm in ("base", "sft_best", "grpo", "sft_matched", "expert_iteration"):
         episodes = (run / "test" / arm / "rollouts.jsonl").read_text().splitlines()
         assert len(episodes) == 6, arm  # every arm on the same held-out games
     said = capsys.readouterr().out
