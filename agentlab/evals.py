@@ -144,6 +144,15 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
 
 
+def task_pass_at_k(values: list[float], k: int) -> float:
+    """pass@k of one task from its samples' values (a value >= 1 is a solve).
+
+    >>> task_pass_at_k([1, 0, 0, 0], 2)
+    0.5
+    """
+    return pass_at_k(len(values), int(sum(x >= 1.0 for x in values)), k)
+
+
 def pass_at_k_curve(samples: dict[str, list[float]], k: int) -> list[dict]:
     """pass@j for j = 1..k from ``{task: [0/1 per sample]}`` (tasks with fewer than ``k`` samples are left out),
     each the unbiased estimator averaged over tasks with a 95% bootstrap CI over tasks:
@@ -153,8 +162,7 @@ def pass_at_k_curve(samples: dict[str, list[float]], k: int) -> list[dict]:
     [0.125, 0.25, 0.375, 0.5]
     """
     usable = {t: v for t, v in samples.items() if len(v) >= k}
-    return [{"k": j, **mean_ci([pass_at_k(len(v), int(sum(x >= 1.0 for x in v)), j) for v in usable.values()])}
-            for j in range(1, k + 1)]
+    return [{"k": j, **mean_ci([task_pass_at_k(v, j) for v in usable.values()])} for j in range(1, k + 1)]
 
 
 def expected_best_of(values, n: int) -> float:

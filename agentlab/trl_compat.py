@@ -318,7 +318,8 @@ def _gqa_prefill_attention(module, query, key, value, attention_mask, dropout: f
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if (query.device.type == "cpu" and query.shape[2] > 1 and attention_mask is not None
-            and getattr(module, "num_key_value_groups", 1) > 1 and not torch.is_grad_enabled() and kwargs.get("position_bias") is None and kwargs.get("softcap") is None
+            and getattr(module, "num_key_value_groups", 1) > 1 and not torch.is_grad_enabled()
+            and kwargs.get("position_bias") is None and kwargs.get("softcap") is None
             and not kwargs.get("output_attentions")):
         out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
                                                                dropout_p=dropout, scale=scaling, enable_gqa=True)

@@ -73,15 +73,14 @@ def main(argv=None) -> int:
 def paired_pass(folder: Path, k: int) -> dict:
     """GRPO − ``sft_best`` in pass@1 and pass@k, paired by task: the unbiased estimator per task on the tasks both
     sampled ``k`` times, the mean difference with a 95% paired bootstrap CI."""
-    from agentlab.evals import paired_bootstrap_ci, pass_at_k, per_task, read_rollouts
+    from agentlab.evals import paired_bootstrap_ci, per_task, read_rollouts, task_pass_at_k
 
     samples = {arm: per_task(read_rollouts(folder / arm / "rollouts.jsonl")[0]) for arm in ("sft_best", "grpo")}
     common = sorted(t for t in samples["sft_best"]
                     if t in samples["grpo"] and min(len(samples["sft_best"][t]), len(samples["grpo"][t])) >= k)
     out = {}
     for j in (1, k):
-        est = {arm: [pass_at_k(len(samples[arm][t]), int(sum(x >= 1.0 for x in samples[arm][t])), j) for t in common]
-               for arm in samples}
+        est = {arm: [task_pass_at_k(samples[arm][t], j) for t in common] for arm in samples}
         low, high = paired_bootstrap_ci(est["sft_best"], est["grpo"])
         diff = sum(est["grpo"]) / len(common) - sum(est["sft_best"]) / len(common)
         out[f"pass@{j}"] = {"mean": diff, "ci_low": low, "ci_high": high, "n": len(common)}
