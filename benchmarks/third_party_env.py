@@ -108,11 +108,17 @@ def markdown_table(result: dict) -> str:
     return "\n".join(rows)
 
 
+def seed_counts(seeds: list[dict], arm: str) -> tuple[int, int, int]:
+    """``(above, below, n)``: of the ``n`` seeds that ran ``arm``, those whose paired 95% CI of GRPO − ``arm`` lies
+    above 0 and below 0."""
+    ds = [s[f"grpo_minus_{arm}"] for s in seeds if f"grpo_minus_{arm}" in s]
+    return sum(d["ci_low"] > 0 for d in ds), sum(d["ci_high"] < 0 for d in ds), len(ds)
+
+
 def _tally(seeds: list[dict], arm: str) -> str:
     """"GRPO − `arm`: above 0 in a, below 0 in b, indistinguishable in c of n seeds" (paired 95% CIs)."""
-    ds = [s[f"grpo_minus_{arm}"] for s in seeds if f"grpo_minus_{arm}" in s]
-    up, down = sum(d["ci_low"] > 0 for d in ds), sum(d["ci_high"] < 0 for d in ds)
-    return f"GRPO − `{arm}`: above 0 in {up}, below 0 in {down}, indistinguishable in {len(ds) - up - down} of {len(ds)} seeds"
+    up, down, n = seed_counts(seeds, arm)
+    return f"GRPO − `{arm}`: above 0 in {up}, below 0 in {down}, indistinguishable in {n - up - down} of {n} seeds"
 
 
 def main(argv=None) -> int:
