@@ -19,8 +19,10 @@ What it cannot run without the hub or more packages (vLLM, Unsloth, several GPUs
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -33,6 +35,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 # Generation on CUDA against its references (prefix cache, row reuse, the padded GQA prefill, TRL's tool loop).
 # test_precision checks the CPU's bf16 copy and the shared-prefix forward tests build CPU batches: CPU tests.
 TESTS = ["tests/test_rollout.py"]
+DOC_SEARCH_EXTRA = os.environ.get("GPU_CHECK_EXTRA", "").split()  # a CPU dry run of the commands adds --smoke
+
+
+def logged_steps(text: str) -> list[dict]:
+    """GRPO's per-step metric lines in a step's output (a run cut short by its limit keeps these; SFT's lines,
+    which have no reward, are left out)."""
+    keep = ("step_time", "reward", "reward_std", "frac_reward_zero_std", "entropy", "completions/mean_length")
+    lines = (ast.literal_eval(m) for m in re.findall(r"\{'loss'.*?\}", text))
+    return [{k: float(line[k]) for k in keep if k in line} for line in lines if "reward" in line]
 
 
 def run_step(name: str, cmd: list[str], limit_s: int, env: dict, log_dir: Path | None) -> dict:
@@ -47,12 +58,13 @@ def run_step(name: str, cmd: list[str], limit_s: int, env: dict, log_dir: Path |
     if log_dir is not None:
         (log_dir / f"{name}.log").write_text(text)
     print(f"{name}: rc {rc} in {seconds} s", flush=True)
-    return {"cmd": " ".join(cmd[1:]), "rc": rc, "seconds": seconds, "tail": text[-1500:]}
+    return {"cmd": " ".join(cmd[1:]), "rc": rc, "seconds": seconds, "tail": text[-1500:],
+            **({"grpo_steps": logged_steps(text)} if "'loss'" in text else {})}
 
 
 def main(argv=None) -> int:
     import torch
-    from common import write_result
+    from common import RESULTS, write_result
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=None, help="also write the result and the step logs here")
@@ -79,16 +91,36 @@ def main(argv=None) -> int:
         plan[f"grpo_step_{kind}"] = ([py, "benchmarks/grpo_step.py", "--worker", kind, "--steps", "3",
                                       "--adapter", str(adapter), "--out", str(runs / f"{kind}.json")], 150)
     plan["tests"] = ([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS], 120)
+    # doc_search's long episodes (10 turns x 160 tokens in 4,096) on CUDA: what a seed of the seed-systems study
+    # (6 h on 2 cores) would cost there. One short compare: SFT on 64 cheap traces, 2 GRPO steps of 4 x 4 rollouts,
+    # 48 validation and 48 test tasks; result.json has each phase's seconds.
+    plan["doc_search"] = ([py, "-m", "agentlab.cli", "compare", "--env", "doc_search", "--regime", "cheap:64",
+                           "--sft-lrs", "1e-3", "--sft-steps", "32", "--sft-extend", "0", "--grpo-steps", "2",
+                           "--eval-every", "2", "--groups-per-step", "4", "--group-size", "4", "--temperature", "1.0",
+                           "--select", "reward", "--validation", "48", "--test", "48", "--arms", "sft_best,grpo",
+                           "--name", "gpu-doc-search", *DOC_SEARCH_EXTRA], 420)
     wanted = a.steps.split(",")
+
+    def chosen(name: str) -> bool:
+        return any(name == w or name.startswith(w + "_") for w in wanted)
+
+    earlier = RESULTS / "gpu_check.json"  # steps not re-run here are kept, each with the machine that ran it
+    kept = json.loads(earlier.read_text()) if earlier.exists() else {}
     result = {"machine": describe(), "device": torch.cuda.get_device_name(0), "cuda": torch.version.cuda,
-              "steps": {}}
+              "steps": {name: {**step, "machine": step.get("machine", kept.get("machine"))}
+                        for name, step in kept.get("steps", {}).items() if not chosen(name)}}
     for name, (cmd, limit) in plan.items():
-        if not any(name == w or name.startswith(w + "_") for w in wanted):
+        if not chosen(name):
             continue
         result["steps"][name] = run_step(name, cmd, limit, env, out_dir)
         measured = runs / f"{name.removeprefix('grpo_step_')}.json"
         if name.startswith("grpo_step_") and measured.exists():
             result["steps"][name]["measured"] = json.loads(measured.read_text())
+        compared = runs / "gpu-doc-search" / "result.json"
+        if name == "doc_search" and compared.exists():
+            done = json.loads(compared.read_text())
+            result["steps"][name]["measured"] = {k: done[k] for k in ("seconds", "sft_best", "grpo", "choices")
+                                                 if k in done}
         path = write_result("gpu_check.json", result)
         if out_dir:
             (out_dir / "gpu_check.json").write_text(json.dumps(result, indent=1))

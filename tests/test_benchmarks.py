@@ -327,3 +327,13 @@ def test_grpo_minus_a_scripted_strategy_is_paired_by_test_task():
     d = out["question_first_hit"]["success"]
     assert d["mean"] == 0.5 and d["ci_low"] <= 0.5 <= d["ci_high"]
     assert set(out["question_first_hit"]) == {"success", "precision", "recall", "covered"}
+
+
+def test_gpu_check_keeps_grpo_step_metrics_from_a_run_cut_short():
+    """A step killed at its limit writes no result.json; its GRPO step lines are what it measured."""
+    from gpu_check import logged_steps
+
+    log = ("{'loss': '1.2', 'grad_norm': '3', 'entropy': '0.7', 'epoch': '0.5'}\n"  # SFT: no reward
+           "{'loss': '-0.1', 'reward': '0.68', 'frac_reward_zero_std': '0.25', 'entropy': '0.043', "
+           "'step_time': '73.04'}\r 50%|#####     | 1/2\n")
+    assert logged_steps(log) == [{"step_time": 73.04, "reward": 0.68, "frac_reward_zero_std": 0.25, "entropy": 0.043}]
