@@ -63,8 +63,18 @@ SLOW_S = 60.0  # a cell at least this long is named in the header
 CLASSES = ("avx512-bf16", "amx", "avx2")  # the machine classes users meet; a header names each, timed or not
 
 
+def cell_label(source: str) -> str:
+    """How a header names a cell: its first comment (what the cell is for), else its first line that does something
+    ("import matplotlib.pyplot as plt" and "t_start = time.time()" name no slow cell)."""
+    lines = [line.strip() for line in source.splitlines() if line.strip()]
+    bookkeeping = ("import ", "from ", "t_start = time.time()", "t0 = time.")
+    first = next((line for line in lines if line.startswith("# ")), None) or next(
+        (line for line in lines if not line.startswith(bookkeeping)), lines[0] if lines else "")
+    return first[:80]
+
+
 def cell_seconds(nb) -> list[tuple[int, float, str]]:
-    """``(cell index, seconds, first line past its imports)`` of each executed code cell, from the timing metadata
+    """``(cell index, seconds, label)`` (:func:`cell_label`) of each executed code cell, from the timing metadata
     the executing client stamps on it (``metadata.execution``: ``iopub.execute_input`` → ``shell.execute_reply``)."""
     out = []
     for index, cell in enumerate(nb.cells):
@@ -74,10 +84,7 @@ def cell_seconds(nb) -> list[tuple[int, float, str]]:
             continue
         seconds = (datetime.fromisoformat(end) -
                    datetime.fromisoformat(start)).total_seconds()
-        lines = [line.strip() for line in cell.source.splitlines() if line.strip()]
-        # named by its first line that does something: "import matplotlib.pyplot as plt" names no slow cell
-        first = next((line for line in lines if not line.startswith(("import ", "from "))), lines[0] if lines else "")
-        out.append((index, round(seconds, 1), first[:80]))
+        out.append((index, round(seconds, 1), cell_label(cell.source)))
     return out
 
 
@@ -132,6 +139,15 @@ class _Markdown(str):
         return str(self)
 
 
+def _labels(path: Path) -> dict[int, str]:
+    import nbformat
+
+    if not path.exists():
+        return {}
+    return {i: cell_label(c.source) for i, c in enumerate(nbformat.read(path, as_version=4).cells)
+            if c.cell_type == "code"}
+
+
 def notebook_header(stem: str, reads: str = "", timings: str | Path | None = None) -> str:
     """The line under a notebook's title: its minutes on each machine class it was timed on (and the classes it was
     not), its slow cells, and what it reads from earlier notebooks. Rendered from ``timings`` (written by
@@ -145,9 +161,10 @@ def notebook_header(stem: str, reads: str = "", timings: str | Path | None = Non
     parts = ["> **Time, measured:** " + ("; ".join(timed) if timed else "not timed yet")
              + (f"; not timed on {', '.join(untimed)} (expect several times longer on avx2, fp32)" if untimed else "")
              + " — 2 cores, a whole top-to-bottom run."]
-    slow = {}
+    slow, labels = {}, _labels(timings.parent / f"{stem}.ipynb")  # cells as the notebook names them now
     for cls, e in table.items():
         for index, seconds, line in e["slow"]:
+            line = labels.get(index, line)
             slow.setdefault((index, line), []).append(f"{_minutes(seconds / 60)} on {cls}")
     if slow:
         parts.append("Slow cells: " + "; ".join(f"[{i}] `{line}` ({', '.join(v)})" for (i, line), v in

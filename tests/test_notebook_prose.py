@@ -102,7 +102,8 @@ def test_committed_notebook_prose_states_no_figure_by_hand(path):
 MACHINE_PATH = re.compile(r"(?<![\w.~])/(?:work|home|tmp|root|Users|private|var/folders|opt|mnt)/[^\s'\"]+")
 LIBRARY_NOTICE = re.compile(r"\b(?:Future|Deprecation|User|Runtime)Warning\b|^\s*warnings\.warn\(", re.MULTILINE)
 # Sources a learner cannot open (the write-ups behind the tutorial are not shipped): name what they teach instead.
-UNFOLLOWABLE = ("search-agent post", "Harness-1", "Silico", "RL for Agents workshop", "write-up on hints")
+UNFOLLOWABLE = ("search-agent post", "Harness-1", "Silico", "RL for Agents", "workshop", "write-up on hints",
+                "hints write-up", "write-up we learned from", "write-ups we learned from", "../shared/seeds")
 
 
 def _output_text(output) -> str:
@@ -169,3 +170,11 @@ NOT_YET_CLEAN = {"03_baseline_and_headroom", "04_sft_warm_start", "09_hints_and_
 def test_committed_notebook_outputs_leak_no_machine_path_warning_or_unfollowable_reference(path):
     found = leaks(nbformat.read(path, as_version=4))
     assert not found, "\n".join(f"cell {i}: {what} {text!r}" for i, what, text in found)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_no_notebook_text_refers_to_a_source_a_learner_cannot_follow(path):
+    """The references live in the cells' text, so this holds for every notebook, re-executed yet or not."""
+    nb = nbformat.read(path, as_version=4)
+    found = [(i, ref) for i, c in enumerate(nb.cells) for ref in UNFOLLOWABLE if ref.lower() in c.source.lower()]
+    assert not found, found

@@ -35,6 +35,10 @@ def test_minutes_and_slow_cells_come_from_the_execution_stamps(tmp_path):
     nb = nbformat.read(path, as_version=4)
     nb.cells[1].source = "import time\nfrom math import pi\ntime.sleep(pi)"
     assert cell_seconds(nb)[0][2] == "time.sleep(pi)"  # named by what it does, not by its imports
+    nb.cells[1].source = "import time\nt_start = time.time()\nx = 1\n# evaluate every checkpoint\ny = 2"
+    assert cell_seconds(nb)[0][2] == "# evaluate every checkpoint"  # a comment says what the cell is for
+    nbformat.write(nb, path)  # the header names a recorded slow cell as the notebook beside it names it now
+    assert "[1] `# evaluate every checkpoint`" in notebook_header("07_demo", timings=tmp_path / "timings.json")
 
 
 def test_a_run_that_reads_finished_folders_back_keeps_the_whole_run_time(tmp_path):

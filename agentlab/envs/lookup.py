@@ -199,7 +199,7 @@ def hint(kind: str, task: Task, call: ToolCall, result: str) -> str:
 # What GRPO trains on unless a config says otherwise. No format bonus: GRPO normalises rewards within each group, so
 # in a group where nothing succeeds a 0.1 bonus for "answered" becomes a full-size advantage (measured after a 4-step
 # SFT, in an early run of this project: success fell 0.31 -> 0.00 in 6 steps as the policy learned to answer without
-# searching; notebook 05 counts where such a bonus bites on the quickstart's GRPO rollouts).
+# searching; notebook 05 counts, on doc_search's rollouts, the groups where such a bonus would bite).
 DEFAULT_REWARD = Reward({"success": 1.0})
 
 
