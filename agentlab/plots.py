@@ -235,11 +235,15 @@ def plot_runs(runs: dict[str, dict], metric: str = "success", x: str = "step", a
     return ax
 
 
+FEW_POINTS = 4  # a seed curve with this many points or fewer is drawn as points with range bars
+
+
 def plot_seeds(groups: dict[str, list[dict]], metric: str = "success", x: str = "step", ax=None, smooth: int = 1,
                title: str = ""):
     """Several seeds per setting (``agentlab.sweeps.select_seeds``): each seed's run thin, the mean over seeds
     thick, the range between the lowest and highest seed shaded. With three seeds the range is what to read: a
-    difference between settings is worth believing when their ranges do not overlap."""
+    difference between settings is worth believing when their ranges do not overlap. With a handful of points
+    (``FEW_POINTS``: a short run evaluated twice) each seed is a dot and the range a bar at each point."""
     plt = _plt()
     import numpy as np
 
@@ -258,13 +262,22 @@ def plot_seeds(groups: dict[str, list[dict]], metric: str = "success", x: str = 
                 pts = dict(zip([m["step"] * per_step for m in ms], _rolling([m[metric] for m in ms], smooth),
                                strict=True))
             curves.append(pts)
-            ax.plot(list(pts), list(pts.values()), "-", color=color, alpha=0.3, lw=0.8)
         common = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+        few = len(common) <= FEW_POINTS  # a handful of evaluations: points, not curves
+        # settings side by side at each point, so their bars do not hide each other
+        shift = (i - (len(groups) - 1) / 2) * 0.02 * (max(common) - min(common) or 1) if few and common else 0
+        for pts in curves:
+            ax.plot([k + shift for k in pts], list(pts.values()), "." if few else "-", color=color,
+                    alpha=0.45 if few else 0.3, lw=0.8, ms=5)
         if common:
             ys = np.array([[c[k] for k in common] for c in curves])
-            ax.plot(common, ys.mean(0), "o-" if metric == "success" else "-", color=color, lw=2,
-                    label=f"{label} (mean of {len(curves)} seeds)")
-            ax.fill_between(common, ys.min(0), ys.max(0), color=color, alpha=0.12)
+            mean, label = ys.mean(0), f"{label} (mean of {len(curves)} seeds)"
+            if few:  # the seeds' range as a bar at each evaluation: no band painted between two points
+                ax.errorbar([k + shift for k in common], mean, yerr=[mean - ys.min(0), ys.max(0) - mean], fmt="o--",
+                            color=color, lw=1, capsize=4, ms=6, label=label + ", bar: seeds' range")
+            else:
+                ax.plot(common, mean, "o-" if metric == "success" else "-", color=color, lw=2, label=label)
+                ax.fill_between(common, ys.min(0), ys.max(0), color=color, alpha=0.12)
     ax.set_xlabel("prompts seen" if x == "prompts_seen" else "GRPO step")
     ax.set_ylabel(RUN_METRICS[metric].replace("95% CI", "seeds' range"))
     if metric in ("success", "valid_rollouts", "zero_variance_groups"):

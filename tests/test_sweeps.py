@@ -86,7 +86,17 @@ def test_seeds_repeat_every_setting_and_are_read_back_together(tmp_path):
     assert list(groups) == ["0.0001", "0.0002"] and [r["config"]["seed"] for r in groups["0.0002"]] == [0, 2]
     f = final_success(groups["0.0002"])
     assert f["per_seed"] == [0.8, 0.5] and f["low"] == 0.5 and f["high"] == 0.8 and abs(f["mean"] - 0.65) < 1e-9
-    ax = plot_seeds(groups, "success")
-    assert len(ax.lines) == 2 * 2 + 2 and ax.get_legend_handles_labels()[1][0] == "0.0001 (mean of 2 seeds)"
-    plot_seeds(groups, "reward_mean")
+    from matplotlib.collections import PolyCollection
+    from matplotlib.container import ErrorbarContainer
+
+    ax = plot_seeds(groups, "success")  # two evaluations a run: dots and the seeds' range as bars, no painted band
+    assert ax.get_legend_handles_labels()[1][0] == "0.0001 (mean of 2 seeds), bar: seeds' range"
+    assert sum(isinstance(c, ErrorbarContainer) for c in ax.containers) == 2
+    assert not any(isinstance(c, PolyCollection) for c in ax.collections)
     ax.figure.savefig(tmp_path / "seeds.png")
+    for r in runs.values():  # six evaluations a run: curves, the range shaded between them
+        r["evals"] = [{"step": s, "success": {"mean": 0.1 * s, "ci_low": 0, "ci_high": 1, "n": 8}} for s in range(6)]
+    ax = plot_seeds(select_seeds(runs, "lr", base), "success")
+    assert sum(isinstance(c, PolyCollection) for c in ax.collections) == 2 and not ax.containers
+    assert ax.get_legend_handles_labels()[1][0] == "0.0001 (mean of 2 seeds)"
+    plot_seeds(groups, "reward_mean")
