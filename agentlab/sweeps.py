@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -93,13 +94,23 @@ def run_sweep(sweep: SweepPlan, train_tasks, eval_tasks, init_adapter: str | Pat
     root.write_json("sweep.json", {"name": sweep.name, "base": sweep.base.to_config(),
                                    "init_adapter": str(init_adapter) if init_adapter else None,
                                    "runs": {k: e.to_config() for k, e in sweep.runs.items()}})
+    todo = [key for key, exp in sweep.runs.items() if not RunDir(exp.name).finished]
+    print(f"[{sweep.name}] {len(todo)} of {len(sweep.runs)} runs to train"
+          + (f", {len(sweep.runs) - len(todo)} finished (read back)" if len(todo) < len(sweep.runs) else ""), flush=True)
+    spent = []
     for i, (key, exp) in enumerate(sweep.runs.items(), 1):
         run = RunDir(exp.name)
         if run.finished:
             print(f"[{i}/{len(sweep.runs)}] {key}: finished, skipped", flush=True)
             continue
         print(f"[{i}/{len(sweep.runs)}] {key}", flush=True)
+        t0 = time.perf_counter()
         run_grpo(exp, train_tasks, eval_tasks, init_adapter=init_adapter, run=run)
+        spent.append(time.perf_counter() - t0)
+        left = len(todo) - len(spent)
+        print(f"[{i}/{len(sweep.runs)}] {key}: {spent[-1] / 60:.1f} min"
+              + (f"; {left} to go, about {left * sum(spent) / len(spent) / 60:.0f} min at this pace" if left else ""),
+              flush=True)
     return root
 
 

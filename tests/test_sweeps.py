@@ -26,7 +26,7 @@ def test_sweep_settings_vary_one_field_at_a_time_and_share_the_base():
         plan("s", base, {"lr": [1e-4, -1.0]})
 
 
-def test_sweep_runs_land_in_run_folders_and_are_read_back(tiny, tmp_path, monkeypatch):
+def test_sweep_runs_land_in_run_folders_and_are_read_back(tiny, tmp_path, monkeypatch, capsys):
     """A two-run sweep with the tiny model: each setting is a finished run folder under runs/<sweep>/, the second
     call skips them, and ``select`` picks one axis back out."""
     from agentlab.sweeps import load_sweep, plan, run_sweep, select
@@ -38,6 +38,8 @@ def test_sweep_runs_land_in_run_folders_and_are_read_back(tiny, tmp_path, monkey
     sweep = plan("sw", base, {"lr": [1e-4, 2e-4]})
     train, val = SPEC.make_tasks("train", 4, seed=0), SPEC.make_tasks("validation", 1, seed=0)
     run_sweep(sweep, train, val)
+    said = capsys.readouterr().out  # what is left is said up front, and after each run how long the rest will take
+    assert "[sw] 2 of 2 runs to train" in said and "1 to go, about" in said
     runs = load_sweep(tmp_path / "sw")
     assert set(runs) == {"lr=0.0001", "base"} and all(r["finished"] for r in runs.values())
     assert all([m["step"] for m in r["metrics"]] == [1] and [e["step"] for e in r["evals"]] == [0, 1]
@@ -46,6 +48,7 @@ def test_sweep_runs_land_in_run_folders_and_are_read_back(tiny, tmp_path, monkey
     mtimes = {p: p.stat().st_mtime for p in (tmp_path / "sw").glob("*/metrics.jsonl")}
     run_sweep(sweep, train, val)  # finished runs are skipped, not redone
     assert {p: p.stat().st_mtime for p in mtimes} == mtimes
+    assert "[sw] 0 of 2 runs to train, 2 finished (read back)" in capsys.readouterr().out
 
 
 def test_a_config_field_added_later_at_its_default_keeps_old_runs_resumable(tmp_path):
