@@ -13,6 +13,12 @@ recorded (a failed step does not stop the later ones):
    trainer of ``grpo_step.py`` from that adapter — stock TRL (``environment_factory``) and ours — 3 steps each, the
    first a warm-up; seconds per step and peak CUDA memory.
 
+4. ``doc_search`` (only when asked: ``--steps doc_search``, about 10 minutes): one short ``agentlab compare`` of the
+   seed-systems study's slowest environment, each phase's seconds (and GRPO's step lines, kept even when the step
+   runs past its limit).
+
+Steps not run in a call keep their earlier entries in ``gpu_check.json``, each with the machine that ran it.
+
 What it cannot run without the hub or more packages (vLLM, Unsloth, several GPUs) is named in docs/gpu.md.
 """
 
