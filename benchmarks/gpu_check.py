@@ -11,8 +11,7 @@ recorded (a failed step does not stop the later ones):
 2. ``agentlab quickstart --smoke`` (tiny model): synthesis, evaluation, SFT search, GRPO, matched SFT, report;
 3. ``agentlab sft`` on ``lookup`` with SmolLM2 (16 steps, the quickstart's rate), then one GRPO step run of each
    trainer of ``grpo_step.py`` from that adapter — stock TRL (``environment_factory``) and ours — 3 steps each, the
-   first a warm-up; seconds per step and peak CUDA memory.
-
+   first a warm-up; seconds per step and peak CUDA memory;
 4. ``doc_search`` (only when asked: ``--steps doc_search``, about 10 minutes): one short ``agentlab compare`` of the
    seed-systems study's slowest environment, each phase's seconds (and GRPO's step lines, kept even when the step
    runs past its limit).
