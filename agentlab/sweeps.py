@@ -99,13 +99,12 @@ def run_sweep(sweep: SweepPlan, train_tasks, eval_tasks, init_adapter: str | Pat
           + (f", {len(sweep.runs) - len(todo)} finished (read back)" if len(todo) < len(sweep.runs) else ""), flush=True)
     spent = []
     for i, (key, exp) in enumerate(sweep.runs.items(), 1):
-        run = RunDir(exp.name)
-        if run.finished:
+        if key not in todo:
             print(f"[{i}/{len(sweep.runs)}] {key}: finished, skipped", flush=True)
             continue
         print(f"[{i}/{len(sweep.runs)}] {key}", flush=True)
         t0 = time.perf_counter()
-        run_grpo(exp, train_tasks, eval_tasks, init_adapter=init_adapter, run=run)
+        run_grpo(exp, train_tasks, eval_tasks, init_adapter=init_adapter, run=RunDir(exp.name))
         spent.append(time.perf_counter() - t0)
         left = len(todo) - len(spent)
         print(f"[{i}/{len(sweep.runs)}] {key}: {spent[-1] / 60:.1f} min"

@@ -40,7 +40,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 # Generation on CUDA against its references (prefix cache, row reuse, the padded GQA prefill, TRL's tool loop).
 # test_precision checks the CPU's bf16 copy and the shared-prefix forward tests build CPU batches: CPU tests.
 TESTS = ["tests/test_rollout.py"]
-DOC_SEARCH_EXTRA = os.environ.get("GPU_CHECK_EXTRA", "").split()  # a CPU dry run of the commands adds --smoke
 
 
 def logged_steps(text: str) -> list[dict]:
@@ -63,8 +62,9 @@ def run_step(name: str, cmd: list[str], limit_s: int, env: dict, log_dir: Path |
     if log_dir is not None:
         (log_dir / f"{name}.log").write_text(text)
     print(f"{name}: rc {rc} in {seconds} s", flush=True)
+    grpo_steps = logged_steps(text)
     return {"cmd": " ".join(cmd[1:]), "rc": rc, "seconds": seconds, "tail": text[-1500:],
-            **({"grpo_steps": logged_steps(text)} if "'loss'" in text else {})}
+            **({"grpo_steps": grpo_steps} if grpo_steps else {})}
 
 
 def main(argv=None) -> int:
@@ -103,7 +103,7 @@ def main(argv=None) -> int:
                            "--sft-lrs", "1e-3", "--sft-steps", "32", "--sft-extend", "0", "--grpo-steps", "2",
                            "--eval-every", "2", "--groups-per-step", "4", "--group-size", "4", "--temperature", "1.0",
                            "--select", "reward", "--validation", "48", "--test", "48", "--arms", "sft_best,grpo",
-                           "--name", "gpu-doc-search", *DOC_SEARCH_EXTRA], 420)
+                           "--name", "gpu-doc-search"], 420)
     wanted = a.steps.split(",")
 
     def chosen(name: str) -> bool:
