@@ -1,4 +1,4 @@
-"""``agentlab`` command line: ``quickstart | compare | synth | sft | replay | train | sweep | eval | preflight | envs``.
+"""``agentlab`` command line: quickstart, compare, synth, sft, replay, train, sweep, eval, pack, unpack, preflight, envs.
 
 Each subcommand is a thin wrapper over a library call, so everything here can also be done from a notebook:
 
@@ -238,6 +238,7 @@ def _cmd_quickstart(a) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from agentlab.carry import add_commands as add_carry_commands
     from agentlab.sweeps import SWEEPABLE
     from agentlab.train import LOSS_TYPES, SCALE_REWARDS, Experiment
 
@@ -360,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_trl_class_args(p)
     p.set_defaults(func=_cmd_eval)
 
+    add_carry_commands(sub)  # pack, unpack
     p = sub.add_parser("preflight", help="check a model's template, tool calls and loss mask")
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--env", default="lookup", help=ENV_HELP)

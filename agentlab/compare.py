@@ -66,7 +66,7 @@ class Comparison:
         self.run = RunDir(cfg.name)
         older = {"rollout_backend": "torch", "select": "success", "demos": "", "ei_rounds": 3}  # fields added later
         self.run.prepare(cfg, overwrite=overwrite, defaults=older)  # at these values, an older run still resumes
-        self.tried: list[dict] = []
+        self.tried: list[dict] = (self.run.read_json("tried.json") or {}).get("tried", [])  # a resume adds to them
         self.seconds: dict[str, float] = self.run.read_json("seconds.json") or {}
 
     def _timed(self, key: str, fn, *args, **kwargs):
@@ -79,7 +79,10 @@ class Comparison:
         return out
 
     def _tried(self, point: dict) -> None:
-        """Record a setting and its validation figure (``tried.json``, rewritten as the comparison goes)."""
+        """Record a setting and its validation figure (``tried.json``, rewritten as the comparison goes); a point
+        already recorded (a resumed stage scoring it again) is not recorded twice."""
+        if point in self.tried:
+            return
         self.tried.append(point)
         self.run.write_json("tried.json", {"env": self.cfg.env, "seed": self.cfg.seed, "tried": self.tried})
 
@@ -98,6 +101,13 @@ class Comparison:
         if self.cfg.select != "success":
             point[self.cfg.select] = summary[self.cfg.select]["mean"]
         return point
+
+    def done(self, arm: str) -> dict | None:
+        """``arm``'s choice when its stage finished before (``<arm>/choice.json``, the adapter it names still there):
+        the stage reads it back instead of running again, so a folder carried without the stage's other adapters
+        (``agentlab.carry``) resumes."""
+        choice = self.run.read_json(f"{arm}/choice.json")
+        return choice if choice and (self.adapter(choice) / "adapter_config.json").exists() else None
 
     def adapter(self, choice: dict) -> Path:
         """The adapter a choice names (stored relative to the comparison's folder, ``RunDir.rel``)."""
@@ -147,6 +157,8 @@ class Comparison:
         """
         from agentlab.train import run_sft
 
+        if choice := self.done(arm):
+            return choice
         steps = tuple(sorted(set(steps or self.cfg.sft.steps)))
         best = None
 
@@ -210,6 +222,8 @@ class Comparison:
         """GRPO from the chosen SFT adapter, validation evals every ``eval_every`` steps; the best checkpoint."""
         from agentlab.train import run_grpo
 
+        if choice := self.done("grpo"):
+            return choice
         grpo_run = RunDir(self.run.path / "grpo")
         if not grpo_run.finished:
             adapter = self.adapter(start)
@@ -257,6 +271,8 @@ class Comparison:
         on validation."""
         from agentlab.train import run_sft
 
+        if choice := self.done("sft_matched"):
+            return choice
         folder = self.run.path / "sft_matched"
         if not (folder / "adapter" / "adapter_config.json").exists():
             run_sft(self.cfg.model, self.demos(), folder, self.sft_settings(start["lr"], 100_000),
@@ -268,12 +284,12 @@ class Comparison:
     def rft(self, start: dict, budget_s: float, train: list[Task], val: list[Task]) -> dict:
         from agentlab.verified import rft
 
-        return rft(self, start, budget_s, train, val)
+        return self.done("rft") or rft(self, start, budget_s, train, val)
 
     def expert_iteration(self, start: dict, budget_s: float, train: list[Task], val: list[Task]) -> dict:
         from agentlab.verified import expert_iteration
 
-        return expert_iteration(self, start, budget_s, train, val)
+        return self.done("expert_iteration") or expert_iteration(self, start, budget_s, train, val)
 
 
 def run_compare(cfg: CompareConfig, arms: tuple[str, ...] | None = None, overwrite: bool = False,

@@ -7,6 +7,19 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
+# Run folders of studies longer than a working session, packed (`agentlab pack NAME --to benchmarks/carry`) so that
+# the next session, on another machine, resumes them: runs/ is not committed, this folder is. A study's script
+# unpacks them first (carry_in); a finished study's pack is deleted (its results are in RESULTS).
+CARRY = Path(__file__).parent / "carry"
+
+
+def carry_in() -> None:
+    """Unpack every carried run folder that runs/ lacks (agentlab.carry.unpack), saying which."""
+    from agentlab.carry import unpack
+
+    for name, what in (unpack(CARRY) if CARRY.exists() else {}).items():
+        if what == "unpacked":
+            print(f"[{name}] carried in from {CARRY.name}/: resuming where the last session packed it", flush=True)
 
 
 def adapter_or_quickstart(adapter: str | None) -> str | None:

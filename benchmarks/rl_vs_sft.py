@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, scripted_policies, write_result
+from common import RESULTS, carry_in, scripted_policies, write_result
 
 from agentlab.compare import ARMS, CompareConfig, run_compare
 from agentlab.paths import runs_dir
@@ -160,6 +160,7 @@ def main(argv=None) -> int:
         print(calibration_table(study))
         print(f"-> {write_result('rl_vs_sft.json', study)}")
         return 0
+    carry_in()
     root = runs_dir() / "rl-vs-sft"
     seeds = []
     for seed in args.seeds:

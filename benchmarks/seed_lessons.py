@@ -32,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, write_result
+from common import RESULTS, carry_in, write_result
 from seed_systems import STUDY, seed_name
 
 METRICS = ("f4", "f1", "precision", "recall", "curated", "success", "empty")
@@ -121,6 +121,7 @@ def main(argv=None) -> int:
     p.add_argument("--regime", default=None, help="start from that regime's seed-0 sft_best (seed_systems.py "
                    "--regime) instead of the study's")
     a = p.parse_args(argv)
+    carry_in()
     start = runs_dir() / seed_name(a.env, a.regime or STUDY[a.env]["regime"], 0)
     choice = start / "sft_best" / "choice.json"
     if not choice.exists():

@@ -17,7 +17,8 @@ asks for (``f4 f1 precision recall success curated``), mean and 95% bootstrap CI
 minus ``sft_best`` paired over tasks. Writes ``benchmarks/results/seed_systems.json``:
 ``{env: {"n", "regime", "budget", "config", "tried", "seeds": [{"seed", "base", "sft_best", "grpo",
 "grpo_minus_sft_best", "choices", "exits", "seconds"}]}}``; seeds already recorded and not re-run here are kept
-(run folders are not committed).
+(run folders are not committed; a seed longer than a session is packed into ``benchmarks/carry/`` and carried in
+by the next run of this script).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, scripted_policies, write_result
+from common import RESULTS, carry_in, scripted_policies, write_result
 
 # What each environment reports per policy: doc_search the curated set (F-beta and its parts, its size), code_search
 # the answer (success: exactly the names asked, precision / recall of the names given, covered: every name in it).
@@ -311,6 +312,7 @@ def main(argv=None) -> int:
     if a.table:
         print(markdown_table(out))
         return 0
+    carry_in()
     changed = dict(kv.split("=", 1) for kv in a.set.split(",")) if a.set else {}
     base = CompareConfig.from_text({"env": a.env, **STUDY[a.env], **({"regime": a.regime} if a.regime else {}),
                                     **changed})
