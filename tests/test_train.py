@@ -201,6 +201,25 @@ def test_kill_minus_9_mid_rollout_mid_checkpoint_mid_eval_resumes_exactly(point,
     assert run.finished and (run.path / "adapter" / "adapter_config.json").exists()
 
 
+def test_a_killed_run_packed_and_unpacked_on_another_machine_resumes_exactly(tmp_path):
+    """Killed while checkpoint-2 was written, packed (agentlab pack: the torn checkpoint left behind, checkpoint-1
+    whole) and unpacked under another runs folder, the run resumes there and holds every record exactly once."""
+    env = _synthesised(tmp_path)
+    killed = subprocess.run([sys.executable, "-c", KILLER, "checkpoint", *TRAIN], env=env, capture_output=True,
+                            text=True, timeout=600, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:] + killed.stderr[-2000:]
+    packed = _cli(["pack", "resume", "--to", str(tmp_path / "carry")], env)
+    assert packed.wait(timeout=120) == 0, packed.stdout.read()
+    carried = tmp_path / "carry" / "resume" / "checkpoints"
+    assert [p.name for p in carried.iterdir() if p.is_dir()] == ["checkpoint-1"] and (carried / "checkpoint-1/optimizer.pt").exists()
+    elsewhere = {**env, "AGENTLAB_RUNS": str(tmp_path / "elsewhere")}
+    unpacked = _cli(["unpack", str(tmp_path / "carry")], elsewhere)
+    assert unpacked.wait(timeout=120) == 0, unpacked.stdout.read()
+    run = RunDir(tmp_path / "elsewhere" / "resume")
+    _resumes_exactly(run, elsewhere, lambda r: (r["step"], r["group"], r["sample"]))
+    assert run.finished and not RunDir(tmp_path / "runs" / "resume").finished
+
+
 def test_a_full_disk_on_checkpoint_is_one_line_and_the_run_resumes(tmp_path):
     env = _synthesised(tmp_path)
     full = subprocess.run([sys.executable, "-c", KILLER, "disk", *TRAIN], env=env, capture_output=True, text=True,
