@@ -89,7 +89,7 @@ def build(results: Path = RESULTS) -> dict:
         tp = json.loads(path.read_text())
         seeds = [{**s, **{arm: s[arm]["win"] for arm in ARMS if arm in s}} for s in tp["seeds"]]
         env = f"{tp['game']} ({tp['package']})"
-        studies.append(study_entry(env, tp["regime"].split(" ")[0], seeds))
+        studies.append(study_entry(env, tp["regime"], seeds))
         scripted[env] = scripted_means(seeds)
     return {"studies": studies, "scripted": scripted}
 

@@ -87,7 +87,7 @@ def markdown_table(result: dict) -> str:
     arms = [a for a in TABLE_ARMS if any(a in s for s in result["seeds"])]
     others = [a for a in arms if a not in ("grpo", "base")]
     title = (f"*{result['package']} {result['version']}, {result['game']}: wins on {result['n']} held-out games per "
-             f"arm (greedy); demonstrations: {result['regime']}*")
+             f"arm (greedy); demonstrations: {result['regime']} ({result['regime_about']})*")
     rows = [title, "",
             "| seed | " + " | ".join(f"`{a}`" for a in arms) + " | " + " | ".join(f"GRPO − `{a}`" for a in others)
             + " | scripts: cheap hop / binary search |",
@@ -173,7 +173,7 @@ def main(argv=None) -> int:
         from importlib.metadata import version
 
         out = {"package": "textarena", "version": version("textarena"), "game": GAME, "n": int(settings["test"]),
-               "regime": "own:cheap_demos.jsonl (the cheap script's won games)", "config": settings, "seeds": seeds}
+               "regime": "own:cheap_demos.jsonl", "regime_about": "the cheap script's won games", "config": settings, "seeds": seeds}
         print(f"-> {write_result('third_party_env.json', out)}", flush=True)
     return 0
 

@@ -156,7 +156,7 @@ def test_the_third_party_table_counts_seeds_by_where_each_paired_ci_lies():
             entry.update({"sft_matched": {"win": ci(0.9, 0.85, 0.95)}, "grpo_minus_sft_matched": d_matched})
         return entry
 
-    result = {"package": "textarena", "version": "0", "game": "g", "n": 200, "regime": "r",
+    result = {"package": "textarena", "version": "0", "game": "g", "n": 200, "regime": "r", "regime_about": "a",
               "seeds": [seed(0, ci(0.1, 0.02, 0.2), ci(-0.1, -0.2, -0.03)), seed(1, ci(0.0, -0.05, 0.05))]}
     lines = markdown_table(result).splitlines()
     assert len([line for line in lines if line.startswith(("| 0 |", "| 1 |"))]) == 2
