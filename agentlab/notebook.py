@@ -119,11 +119,8 @@ def record_timings(path: str | Path, machine: str | None = None, timings: str | 
         fresh = recorded is None or entry["minutes"] >= READ_BACK_SHARE * recorded["minutes"]
     if fresh:
         row[cls] = entry
-    elif recorded is not None:  # the whole run's slow cells, named as the cells now read (labels change, cells stay)
-        names = {i: line for i, _, line in cells}
-        slow = [[i, s, names.get(i, line)] for i, s, line in recorded["slow"]]
-        entry = row[cls] = {**recorded, "slow": slow, "read_back_minutes": entry["minutes"],
-                            "read_back_date": entry["date"]}
+    elif recorded is not None:  # the whole run's slow cells (the header names them as the notebook does now)
+        entry = row[cls] = {**recorded, "read_back_minutes": entry["minutes"], "read_back_date": entry["date"]}
     timings.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
     return entry
 
