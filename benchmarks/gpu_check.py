@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 # Generation on CUDA against its references (prefix cache, row reuse, the padded GQA prefill, TRL's tool loop).
 # test_precision checks the CPU's bf16 copy and the shared-prefix forward tests build CPU batches: CPU tests.
 TESTS = ["tests/test_rollout.py"]
+MEASURED_LEFT_OUT = ("tried", "config")  # a comparison's every search point and its settings: in its own log
 
 
 def logged_steps(text: str) -> list[dict]:
@@ -85,17 +86,19 @@ def main(argv=None) -> int:
     runs = Path(tempfile.mkdtemp(prefix="gpu_check_"))
     env = {**os.environ, "AGENTLAB_RUNS": str(runs), "PYTHONUNBUFFERED": "1", "AGENTLAB_TEST_CUDA": "1"}
     py = sys.executable
+    # name -> (command, seconds allowed, the JSON the step measured into: kept in the result, or None)
     plan = {
-        "smoke": ([py, "-m", "agentlab.cli", "quickstart", "--smoke"], 150),
-        "synth": ([py, "-m", "agentlab.cli", "synth", "--env", "lookup"], 60),
+        "smoke": ([py, "-m", "agentlab.cli", "quickstart", "--smoke"], 150, None),
+        "synth": ([py, "-m", "agentlab.cli", "synth", "--env", "lookup"], 60, None),
         "sft": ([py, "-m", "agentlab.cli", "sft", "--env", "lookup", "--name", "gpu-sft", "--steps", "16",
-                 "--lr", "3e-4"], 150),
+                 "--lr", "3e-4"], 150, None),
     }
     adapter = runs / "gpu-sft" / "adapter"
     for kind in ("stock", "agentlab"):
         plan[f"grpo_step_{kind}"] = ([py, "benchmarks/grpo_step.py", "--worker", kind, "--steps", "3",
-                                      "--adapter", str(adapter), "--out", str(runs / f"{kind}.json")], 150)
-    plan["tests"] = ([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS], 120)
+                                      "--adapter", str(adapter), "--out", str(runs / f"{kind}.json")], 150,
+                                     runs / f"{kind}.json")
+    plan["tests"] = ([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS], 120, None)
     # doc_search's long episodes (10 turns x 160 tokens in 4,096) on CUDA: what a seed of the seed-systems study
     # (6 h on 2 cores) would cost there. One short compare: SFT on 64 cheap traces, 2 GRPO steps of 4 x 4 rollouts,
     # 48 validation and 48 test tasks; result.json has each phase's seconds.
@@ -103,7 +106,7 @@ def main(argv=None) -> int:
                            "--sft-lrs", "1e-3", "--sft-steps", "32", "--sft-extend", "0", "--grpo-steps", "2",
                            "--eval-every", "2", "--groups-per-step", "4", "--group-size", "4", "--temperature", "1.0",
                            "--select", "reward", "--validation", "48", "--test", "48", "--arms", "sft_best,grpo",
-                           "--name", "gpu-doc-search"], 420)
+                           "--name", "gpu-doc-search"], 420, runs / "gpu-doc-search" / "result.json")
     wanted = a.steps.split(",")
 
     def chosen(name: str) -> bool:
@@ -114,18 +117,13 @@ def main(argv=None) -> int:
     result = {"machine": describe(), "device": torch.cuda.get_device_name(0), "cuda": torch.version.cuda,
               "steps": {name: {**step, "machine": step.get("machine", kept.get("machine"))}
                         for name, step in kept.get("steps", {}).items() if not chosen(name)}}
-    for name, (cmd, limit) in plan.items():
+    for name, (cmd, limit, measured) in plan.items():
         if not chosen(name):
             continue
         result["steps"][name] = run_step(name, cmd, limit, env, out_dir)
-        measured = runs / f"{name.removeprefix('grpo_step_')}.json"
-        if name.startswith("grpo_step_") and measured.exists():
-            result["steps"][name]["measured"] = json.loads(measured.read_text())
-        compared = runs / "gpu-doc-search" / "result.json"
-        if name == "doc_search" and compared.exists():
-            done = json.loads(compared.read_text())
-            result["steps"][name]["measured"] = {k: done[k] for k in ("seconds", "sft_best", "grpo", "choices")
-                                                 if k in done}
+        if measured is not None and measured.exists():
+            done = json.loads(measured.read_text())
+            result["steps"][name]["measured"] = {k: v for k, v in done.items() if k not in MEASURED_LEFT_OUT}
         path = write_result("gpu_check.json", result)
         if out_dir:
             (out_dir / "gpu_check.json").write_text(json.dumps(result, indent=1))
