@@ -78,6 +78,19 @@ class Comparison:
             self.run.write_json("seconds.json", self.seconds)
         return out
 
+    def log_session(self) -> None:
+        """One line in ``sessions.jsonl`` per start of the comparison: when, on what machine (CPU class, precision,
+        commit) and which timed stages were done before it. A study carried across sessions (``agentlab.carry``)
+        may run its stages on different machines; this says which ran where."""
+        from datetime import UTC, datetime
+
+        from agentlab.machine import describe
+
+        machine = describe()
+        self.run.append(self.run.path / "sessions.jsonl", {
+            "started": datetime.now(UTC).isoformat(timespec="seconds"), "done_before": sorted(self.seconds),
+            **{k: machine.get(k) for k in ("cpu_class", "precision", "commit")}})
+
     def _tried(self, point: dict) -> None:
         """Record a setting and its validation figure (``tried.json``, rewritten as the comparison goes); a point
         already recorded (a resumed stage scoring it again) is not recorded twice."""
@@ -314,6 +327,7 @@ def run_compare(cfg: CompareConfig, arms: tuple[str, ...] | None = None, overwri
         raise ValueError(f"arm sft_all needs a scripted expert, and {cfg.env!r} has none: leave it out "
                          f"(--arms {','.join(a for a in arms if a != 'sft_all')})")
     cmp = Comparison(cfg, overwrite=overwrite, engine=engine)
+    cmp.log_session()
     splits = cmp._timed("tasks", cmp.tasks)
     val, test = splits["validation"], splits["test"]
     policies: dict[str, dict] = {}

@@ -158,6 +158,11 @@ def seed_entry(run: Path, result: dict) -> dict:
             "reward_mean", "zero_variance_groups", "entropy", "grad_norm", "time_generate_s", "time_step_s")}
         entry["grpo_training"]["answer_sizes"] = answer_sizes(read_rollouts(run / "grpo" / "rollouts.jsonl")[0])
     entry["seconds"] = result["seconds"]
+    from agentlab.runs import read_jsonl
+
+    sessions = read_jsonl(run / "sessions.jsonl")[0]  # (folders older than this record have none)
+    if sessions:
+        entry["machines"] = sorted({s["cpu_class"] for s in sessions})
     return entry
 
 
