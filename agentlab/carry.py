@@ -43,9 +43,9 @@ def _named_adapters(run: Path) -> set[Path]:
     named = set()
     for file in run.rglob("choice.json"):
         stored = json.loads(file.read_text()).get("adapter")
-        for root in (run, file.parent):
-            if stored and (RunDir(root).resolve(stored) / ADAPTER_CONFIG).exists():
-                named.add(RunDir(root).resolve(stored).resolve())
+        for root in (run, file.parent) if stored else ():
+            if (adapter := RunDir(root).resolve(stored) / ADAPTER_CONFIG).exists():
+                named.add(adapter.parent.resolve())
     return named
 
 
@@ -58,27 +58,26 @@ def carried(run: str | Path) -> list[Path]:
     # the units a verdict applies to: adapters, and trainer checkpoints (one torn by a kill may lack its adapter)
     units = {p.parent for p in run.rglob(ADAPTER_CONFIG)} | {
         p for p in run.rglob("checkpoint-*") if p.is_dir() and p.parent.name == "checkpoints"}
-    newest = {}  # an unfinished GRPO run -> its newest complete checkpoint (the one a resume starts from)
-    for grpo in {u.parent.parent for u in units if u.parent.name == "checkpoints"}:
-        if not RunDir(grpo).finished and RunDir(grpo).checkpoints():
-            newest[grpo] = RunDir(grpo).checkpoints()[-1]
+    # each GRPO run's complete checkpoints, oldest first (RunDir.checkpoints: a torn one is not among them)
+    complete = {grpo: RunDir(grpo).checkpoints() for grpo in {u.parent.parent for u in units
+                                                              if u.parent.name == "checkpoints"}}
 
     def verdict(unit: Path) -> str:
         """'all', 'adapter' (without optimiser state) or 'none'."""
         if unit == run:
             return "all"
         stage = run / unit.relative_to(run).parts[0]
-        checkpoint = unit.parent.name == "checkpoints"
-        if checkpoint and unit not in RunDir(unit.parent.parent).checkpoints():
-            return "none"  # torn by a kill: a resume skips it too (RunDir.checkpoints)
-        if checkpoint and newest.get(unit.parent.parent) == unit:
-            return "all"
+        grpo = unit.parent.parent if unit.parent.name == "checkpoints" else None
+        if grpo is not None and unit not in complete[grpo]:
+            return "none"  # torn by a kill: a resume skips it too
+        if grpo is not None and not RunDir(grpo).finished and unit == complete[grpo][-1]:
+            return "all"  # the newest checkpoint of an unfinished run: where its resume starts
         if unit in named:
             return "adapter"
         if (stage / "choice.json").exists():
             return "none"  # a finished stage: its choice names the adapter it keeps
-        if checkpoint:
-            return "none" if RunDir(unit.parent.parent).finished else "adapter"
+        if grpo is not None:
+            return "none" if RunDir(grpo).finished else "adapter"
         return "all"
 
     verdicts = {u: verdict(u) for u in units}

@@ -130,6 +130,7 @@ def minus_scripted(env: str, episodes: list, scores: dict) -> dict:
 def seed_entry(run: Path, result: dict) -> dict:
     """One seed's test figures, every metric, read from the comparison's test rollouts (and the base model's)."""
     from agentlab.evals import paired_bootstrap_ci
+    from agentlab.runs import read_jsonl
 
     entry, episodes, metrics = {"seed": result["seed"], "n": result["n"]}, {}, METRICS[result["env"]]
     for arm in ("base", "sft_best", "grpo"):
@@ -151,15 +152,12 @@ def seed_entry(run: Path, result: dict) -> dict:
         entry["grpo_vs_scripted"] = minus_scripted(result["env"], episodes["grpo"], scores)
     if (run / "grpo" / "metrics.jsonl").exists():  # what GRPO's steps looked like: signal left, entropy, time
         from agentlab.evals import read_rollouts
-        from agentlab.runs import read_jsonl
 
         steps = read_jsonl(run / "grpo" / "metrics.jsonl")[0]
         entry["grpo_training"] = {k: [s.get(k) for s in steps] for k in (
             "reward_mean", "zero_variance_groups", "entropy", "grad_norm", "time_generate_s", "time_step_s")}
         entry["grpo_training"]["answer_sizes"] = answer_sizes(read_rollouts(run / "grpo" / "rollouts.jsonl")[0])
     entry["seconds"] = result["seconds"]
-    from agentlab.runs import read_jsonl
-
     sessions = read_jsonl(run / "sessions.jsonl")[0]  # (folders older than this record have none)
     if sessions:
         entry["machines"] = sorted({s["cpu_class"] for s in sessions})

@@ -119,12 +119,12 @@ def test_a_comparison_resumes_from_a_pack_without_searching_again(tmp_path, monk
     assert resumed.sft_search("sft_best", [], (1e-3,), []) == choice
     resumed._tried(first.tried[0])
     assert resumed.tried == first.tried
-    first.log_session()
     resumed.log_session()  # each start of a carried comparison says where it ran and what was done before it
     from agentlab.runs import read_jsonl
 
     sessions = read_jsonl(resumed.run.path / "sessions.jsonl")[0]
     assert len(sessions) == 1 and sessions[0]["cpu_class"] and sessions[0]["done_before"] == sorted(resumed.seconds)
+    assert sessions[0]["done_before"]  # the search the earlier session timed
 
 
 def test_the_pack_and_unpack_commands(tmp_path, monkeypatch, capsys):
