@@ -14,6 +14,9 @@ Each lesson compares two settings that differ in one thing, from the same start 
 ``batch``  few groups a step (1 task x 8 rollouts) against many (4 x 2), equal rollouts: does curate-everything
            appear (curated-set size up, precision down)?
 ``penalty``  the empty-set penalty (-0.2 for curating nothing) against none: how often is nothing curated?
+``format``   format shaping: +0.1 for an episode that ends with ``finish`` and no off-form call, against the study's
+           reward, which pays F4 wherever an episode stops (the ``cheap:64`` study's GRPO learned to never finish,
+           spending every turn): does the bonus keep episodes finishing, and at what cost in F4?
 =========  =====================================================================================================
 
 Runs are ``runs/seed-lessons/doc_search/<regime>/<setting>/seed-<k>`` (settings shared by lessons run once). Every run's last
@@ -35,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, carry_in, write_result
 from seed_systems import STUDY, seed_name
 
-METRICS = ("f4", "f1", "precision", "recall", "curated", "success", "empty")
+METRICS = ("f4", "f1", "precision", "recall", "curated", "success", "empty", "finished")
 STEPS, EVAL_EVERY = 6, 3
 SETTINGS = {  # name -> the Experiment fields that differ from the study's GRPO experiment
     "base": {},
@@ -44,9 +47,10 @@ SETTINGS = {  # name -> the Experiment fields that differ from the study's GRPO 
     "few_groups": {"groups_per_step": 1, "group_size": 8},
     "many_groups": {"groups_per_step": 4, "group_size": 2},
     "no_penalty": {"reward": "f4=1"},
+    "finish_bonus": {"reward": "f4=1,empty=-0.2,format=0.1"},
 }
 LESSONS = {"beta": ("base", "f1"), "lr": ("base", "lr_x10"), "batch": ("few_groups", "many_groups"),
-           "penalty": ("base", "no_penalty")}
+           "penalty": ("base", "no_penalty"), "format": ("base", "finish_bonus")}
 
 
 def experiment(start: Path, setting: str, seed: int):
