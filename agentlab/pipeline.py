@@ -110,26 +110,12 @@ def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str
     else:
         from agentlab.models import load_policy
 
-        rollouts = Path(out_dir) / "rollouts.jsonl"
         interrupted = greedy and samples == 1 and not (Path(out_dir) / "summary.json").exists()  # else: run anew
-        done = finished_episodes(rollouts, tasks, model_id) if interrupted else []
-        todo = [t for t in tasks if t.id not in {ep.task.id for ep in done}]
-        if done:
-            print(f"{label or env}: {len(done)} of {len(tasks)} episodes read back from an interrupted evaluation; "
-                  f"{len(todo)} to go", flush=True)
         model, tok = load_policy(model_name, adapter=adapter)
-        episodes = done + (evaluate_model(
-            model, tok, spec, todo, rollouts, loop, append=bool(done), samples=samples, greedy=greedy, seed=seed,
-            model_id=model_id, config_id=label, progress=True,
-            generate_fn=engine(model, tok, loop, greedy, seed) if engine else None) if todo else [])
-        if done:  # in task order, each group numbered as one uninterrupted run numbers it
-            from agentlab.runs import write_jsonl
-
-            position = {t.id: g for g, t in enumerate(tasks)}
-            episodes.sort(key=lambda ep: position[ep.task.id])
-            for ep in episodes:
-                ep.group = position[ep.task.id]
-            write_jsonl(rollouts, [json.loads(ep.to_json()) for ep in episodes])
+        episodes = evaluate_resumable(
+            model, tok, spec, tasks, Path(out_dir) / "rollouts.jsonl", loop, resume=interrupted, who=label or env,
+            samples=samples, greedy=greedy, seed=seed, model_id=model_id, config_id=label, progress=True,
+            generate_fn=engine(model, tok, loop, greedy, seed) if engine else None)
     summary = {"label": label, "model": model_name, "adapter": recorded, "env": env, "samples": samples,
                "greedy": greedy, "loop": dataclasses.asdict(loop), "seconds": time.time() - t0,
                "workers": max(workers, 1), **summarize(episodes)}
@@ -237,6 +223,31 @@ def finished_episodes(rollouts: Path, tasks: list, model_id: str) -> list:
     done = [ep for ep in read_rollouts(rollouts)[0] if ep.task.id in wanted and ep.model_id == model_id]
     write_jsonl(rollouts, [json.loads(ep.to_json()) for ep in done])
     return done
+
+
+def evaluate_resumable(model, tok, spec, tasks: list, rollouts: Path, loop, resume: bool = True, who: str = "",
+                       **episode_kwargs) -> list:
+    """:func:`evaluate_model` on the tasks an interrupted greedy evaluation of ``episode_kwargs["model_id"]`` into
+    ``rollouts`` did not finish (:func:`finished_episodes`; ``resume`` False: all of them, the file started anew);
+    the episodes come back, and the file is rewritten, in task order, each group numbered as one uninterrupted run
+    numbers it. Shared by :func:`evaluate` and training's checkpoint evaluations (a doc_search checkpoint's 64
+    validation episodes are ~20 minutes here, and a session's end used to throw the finished ones away)."""
+    done = finished_episodes(rollouts, tasks, episode_kwargs["model_id"]) if resume else []
+    todo = [t for t in tasks if t.id not in {ep.task.id for ep in done}]
+    if done:
+        print(f"{who or spec.name}: {len(done)} of {len(tasks)} episodes read back from an interrupted evaluation; "
+              f"{len(todo)} to go", flush=True)
+    episodes = done + (evaluate_model(model, tok, spec, todo, rollouts, loop, append=bool(done), **episode_kwargs)
+                       if todo else [])
+    if done:
+        from agentlab.runs import write_jsonl
+
+        position = {t.id: g for g, t in enumerate(tasks)}
+        episodes.sort(key=lambda ep: position[ep.task.id])
+        for ep in episodes:
+            ep.group = position[ep.task.id]
+        write_jsonl(rollouts, [json.loads(ep.to_json()) for ep in episodes])
+    return episodes
 
 
 def evaluate_model(model, tok, spec, tasks: list, rollouts_file: Path, loop, append: bool = False,

@@ -383,18 +383,18 @@ def reuse_start_eval(folder: Path, exp: Experiment, tasks: list[Task], run: RunD
 
 def evaluate_policy(model, tok, spec, tasks: list[Task], exp: Experiment, run: RunDir, step: int,
                     engine=None) -> dict:
-    """Greedy held-out eval with the shared loop; writes ``evals/step-N.json`` (+ rollouts). Skips if present.
-    ``engine``: as in :func:`run_grpo`."""
+    """Greedy held-out eval with the shared loop; writes ``evals/step-N.json`` (+ rollouts). Skips if present, and
+    an interrupted one resumes (:func:`agentlab.pipeline.evaluate_resumable`). ``engine``: as in :func:`run_grpo`."""
     from agentlab.evals import summarize
-    from agentlab.pipeline import evaluate_model
+    from agentlab.pipeline import evaluate_resumable
 
     name = f"evals/step-{step:04d}.json"
     if (existing := run.read_json(name)) is not None:
         return existing
     loop = replace(exp.loop(), temperature=0, batch_size=EVAL_BATCH)
-    episodes = evaluate_model(model, tok, spec, tasks[: exp.eval_tasks], run.path / f"evals/step-{step:04d}.rollouts.jsonl",
-                              loop, greedy=True, step=step, model_id=exp.model, config_id=exp.name,
-                              reward_fn=exp.reward_fn(), generate_fn=engine(model, tok, loop, True, 0) if engine else None)
-    summary = {"step": step, **summarize(episodes)}
-    run.write_json(name, summary)
+    episodes = evaluate_resumable(model, tok, spec, tasks[: exp.eval_tasks], run.path / f"{name[:-5]}.rollouts.jsonl",
+                                  loop, who=f"{exp.name} step {step}", greedy=True, step=step, model_id=exp.model,
+                                  config_id=exp.name, reward_fn=exp.reward_fn(),
+                                  generate_fn=engine(model, tok, loop, True, 0) if engine else None)
+    run.write_json(name, summary := {"step": step, **summarize(episodes)})
     return summary

@@ -509,6 +509,34 @@ def test_start_eval_is_read_back_only_when_it_is_step_zeros_own(tmp_path):
     assert reuse_start_eval(folder, exp, tasks, RunDir(tmp_path / "grpo-older"))
 
 
+def test_a_checkpoint_evaluation_cut_short_resumes_with_the_episodes_it_wrote(tmp_path, capsys):
+    """A session ending mid-way through a checkpoint's evaluation (its rollouts written for 2 of 4 tasks, the third
+    torn, no ``step-N.json``) keeps those episodes: the next start decodes only the rest, and the step's file ends
+    as an uninterrupted evaluation's (every task once, in task order, the kept episodes unchanged)."""
+    from agentlab.evals import read_rollouts
+    from agentlab.models import load_policy
+    from agentlab.train import evaluate_policy
+
+    spec = load("lookup")
+    tasks = spec.make_tasks("validation", 4, seed=1)
+    exp = Experiment(name="cut-eval", model="tiny-random", env="lookup", eval_tasks=4, max_turns=2, max_new_tokens=8,
+                     precision="fp32")
+    model, tok = load_policy("tiny-random")
+    whole, cut = RunDir(tmp_path / "whole"), RunDir(tmp_path / "cut")
+    first = evaluate_policy(model, tok, spec, tasks, exp, whole, step=3)
+    lines = (whole.evals_dir / "step-0003.rollouts.jsonl").read_text().splitlines()
+    cut.evals_dir.mkdir(parents=True)
+    (cut.evals_dir / "step-0003.rollouts.jsonl").write_text("\n".join(lines[:2]) + "\n" + lines[2][:50])
+    capsys.readouterr()
+    again = evaluate_policy(model, tok, spec, tasks, exp, cut, step=3)
+    assert "2 of 4 episodes read back from an interrupted evaluation; 2 to go" in capsys.readouterr().out
+    a, b = (read_rollouts(r.evals_dir / "step-0003.rollouts.jsonl")[0] for r in (whole, cut))
+    assert [(e.task.id, e.group, e.step) for e in b] == [(e.task.id, e.group, e.step) for e in a]
+    assert [e.task.id for e in b] == [t.id for t in tasks]
+    assert [e.tokens["completion_ids"] for e in b[:2]] == [e.tokens["completion_ids"] for e in a[:2]]
+    assert again["success"]["n"] == first["success"]["n"] == 4 and (cut.evals_dir / "step-0003.json").exists()
+
+
 def test_an_sft_run_killed_midway_resumes_from_its_checkpoint_to_the_same_adapter(tmp_path, monkeypatch):
     """A long study's SFT run keeps resume points (the Trainer's own checkpoint: adapter, optimiser, data position,
     RNG); killed after step 2 of 4 and started again, it ends where an uninterrupted run ends, and leaves no
