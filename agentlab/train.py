@@ -35,7 +35,7 @@ from agentlab.experiment import (
 from agentlab.rollout import EVAL_BATCH, TASK_KEY, Renderer, run_episodes
 from agentlab.runs import RunDir
 from agentlab.sft import SFTSettings, run_sft
-from agentlab.trl_compat import agent_trainer_class
+from agentlab.trl_compat import agent_trainer_class, resume_training
 from agentlab.types import Episode, Task
 
 __all__ = ["LOSS_TYPES", "SCALE_REWARDS", "Experiment", "SFTSettings", "TrainingDiverged", "grpo_config",
@@ -265,7 +265,7 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
         trainer_overrides=trainer_overrides)
     if not resume and not (main and start_eval and reuse_start_eval(Path(start_eval), exp, eval_tasks, run)):
         checkpoint_eval(0)
-    trainer.train(resume_from_checkpoint=resume)
+    resume_training(trainer, resume, exp.steps, checkpoint_eval)
     if stats.skipped_in_row >= exp.max_nonfinite:
         raise TrainingDiverged(
             f"GRPO stopped at step {trainer.state.global_step}: {stats.skipped_in_row} updates in a row had non-finite "

@@ -42,6 +42,9 @@ coupling                        internals it relies on                          
 ``off_policy`` (async runs)     ``GRPOTrainer._generate_and_score_completions``   refused: an async run needs it
                                 output keys ``sampling_per_token_logps``,         (``max_staleness=0`` trains)
                                 ``old_per_token_logps``; ``compute_loss`` inputs
+``resume_training``             transformers' ``Trainer.train`` resumed at         none: checked by a test
+                                ``max_steps`` trains one step more (the limit is  (``tests/test_train.py``)
+                                checked after a step, not before the first)
 ``trainer_metrics``             ``GRPOTrainer._metrics["train"]``                 none (benchmarks only)
 ``generate_and_score``          ``GRPOTrainer._generate_and_score_completions``   none (benchmarks only)
 ``per_token_logps_and_…``       ``GRPOTrainer._get_per_token_logps_and_entropies`` none (benchmarks only)
@@ -293,6 +296,22 @@ def drop_instance_forwards(model) -> None:
     run the original's weights. Each module then runs its class's own forward."""
     for module in model.modules():
         module.__dict__.pop("forward", None)
+
+
+def resume_training(trainer, checkpoint: str | None, max_steps: int, evaluate: Callable[[int], None]) -> None:
+    """``trainer.train(resume_from_checkpoint=checkpoint)``, except from a checkpoint at ``max_steps`` (a run stopped
+    during its last step's evaluation): transformers resumed there trains one step more before it checks the limit
+    (5.24's ``_inner_training_loop`` enters the epoch loop first; a doc_search study got a 13th step of 12 that way),
+    so the checkpoint's adapter is loaded into the model, ``evaluate(max_steps)`` finishes the step's evaluation, and
+    nothing trains."""
+    if checkpoint is None or int(checkpoint.rsplit("-", 1)[1]) < max_steps:
+        trainer.train(resume_from_checkpoint=checkpoint)
+        return
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    set_peft_model_state_dict(trainer.model, load_file(os.path.join(checkpoint, "adapter_model.safetensors")))
+    evaluate(max_steps)
 
 
 def trainer_metrics(trainer) -> dict:

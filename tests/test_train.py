@@ -509,6 +509,34 @@ def test_start_eval_is_read_back_only_when_it_is_step_zeros_own(tmp_path):
     assert reuse_start_eval(folder, exp, tasks, RunDir(tmp_path / "grpo-older"))
 
 
+def test_a_run_stopped_in_its_last_evaluation_finishes_without_training_a_step_more(tmp_path):
+    """Stopped after its last checkpoint was saved but before that step's evaluation ended, a run started again
+    evaluates that checkpoint and finishes: no step past ``steps`` (transformers resumed at ``max_steps`` would train
+    one more), and the finished adapter is the last checkpoint's."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    spec = load("lookup")
+    train, val = spec.make_tasks("train", 4, seed=0), spec.make_tasks("validation", 2, seed=0)
+    exp = Experiment(name="last-eval", model="tiny-random", env="lookup", steps=2, eval_every=1, eval_tasks=2,
+                     groups_per_step=1, group_size=2, max_new_tokens=8, precision="fp32", lr=1e-2,
+                     reward=lambda ep: len(ep.turns[0].text) / 40)  # a reward the random model's samples vary on
+    run = run_grpo(exp, train, val, run=RunDir(tmp_path / "last-eval"))
+    for done in (run.done_file, run.evals_dir / "step-0002.json"):
+        done.unlink()
+    shutil.rmtree(run.path / "adapter")
+    run_grpo(exp, train, val, run=run)
+    assert [m["step"] for m in read_jsonl(run.metrics_file)[0]] == [1, 2] and run.finished
+    assert sorted({r["step"] for r in read_jsonl(run.rollouts_file)[0]}) == [1, 2]
+    assert [c.name for c in run.checkpoints()] == ["checkpoint-1", "checkpoint-2"]
+    assert json.loads((run.evals_dir / "step-0002.json").read_text())["step"] == 2
+    last, final = (load_file(d / "adapter_model.safetensors") for d in (run.checkpoints()[-1], run.path / "adapter"))
+    first = load_file(run.checkpoints()[0] / "adapter_model.safetensors")
+    assert last.keys() == final.keys() and all((last[k] == final[k]).all() for k in last)
+    assert any((first[k] != last[k]).any() for k in last)  # (the two checkpoints differ: the check above can fail)
+
+
 def test_a_checkpoint_evaluation_cut_short_resumes_with_the_episodes_it_wrote(tmp_path, capsys):
     """A session ending mid-way through a checkpoint's evaluation (its rollouts written for 2 of 4 tasks, the third
     torn, no ``step-N.json``) keeps those episodes: the next start decodes only the rest, and the step's file ends
