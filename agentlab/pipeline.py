@@ -113,7 +113,7 @@ def evaluate(model_name: str, env: str, tasks: list, out_dir: Path, adapter: str
         interrupted = greedy and samples == 1 and not (Path(out_dir) / "summary.json").exists()  # else: run anew
         model, tok = load_policy(model_name, adapter=adapter)
         episodes = evaluate_resumable(
-            model, tok, spec, tasks, Path(out_dir) / "rollouts.jsonl", loop, resume=interrupted, who=label or env,
+            model, tok, spec, tasks, Path(out_dir) / "rollouts.jsonl", loop, resume=interrupted, who=label,
             samples=samples, greedy=greedy, seed=seed, model_id=model_id, config_id=label, progress=True,
             generate_fn=engine(model, tok, loop, greedy, seed) if engine else None)
     summary = {"label": label, "model": model_name, "adapter": recorded, "env": env, "samples": samples,
