@@ -29,12 +29,11 @@ arm) and ``result.png``. A killed comparison resumes where it stopped: every sta
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from agentlab.compare_config import ARMS, CompareConfig
 from agentlab.evals import success_entry
-from agentlab.runs import RunDir, write_jsonl
+from agentlab.runs import RunDir, StageClock, write_jsonl
 from agentlab.synth import regime_demos
 from agentlab.types import Task
 
@@ -67,16 +66,13 @@ class Comparison:
         older = {"rollout_backend": "torch", "select": "success", "demos": "", "ei_rounds": 3}  # fields added later
         self.run.prepare(cfg, overwrite=overwrite, defaults=older)  # at these values, an older run still resumes
         self.tried: list[dict] = (self.run.read_json("tried.json") or {}).get("tried", [])  # a resume adds to them
-        self.seconds: dict[str, float] = self.run.read_json("seconds.json") or {}
+        self.clock = StageClock(self.run)
+        self.seconds = self.clock.seconds  # one dict: the arms that spend a budget (agentlab.verified) add to it
 
     def _timed(self, key: str, fn, *args, **kwargs):
-        """``fn(*args, **kwargs)``, its seconds recorded under ``key`` in ``seconds.json`` the first time."""
-        t0 = time.time()
-        out = fn(*args, **kwargs)
-        if key not in self.seconds:
-            self.seconds[key] = round(time.time() - t0, 1)
-            self.run.write_json("seconds.json", self.seconds)
-        return out
+        """``fn(*args, **kwargs)``, its seconds recorded under ``key`` in ``seconds.json`` the first time it returns,
+        summed over the sessions a resumed stage took (:class:`~agentlab.runs.StageClock`)."""
+        return self.clock.timed(key, fn, *args, **kwargs)
 
     def log_session(self) -> None:
         """One line in ``sessions.jsonl`` per start of the comparison: when, on what machine (CPU class, precision,

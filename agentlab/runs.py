@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
+import time
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
@@ -184,3 +186,53 @@ class RunDir:
         root = self.path / under
         found = [p for p in root.glob("checkpoint-*") if _parses(p / "trainer_state.json")]
         return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+class StageClock:
+    """Wall seconds of a run's stages, in ``seconds.json``, counted over every process that worked on a stage.
+
+    A stage cut short by a kill and finished by a resume took the time of both: while a stage runs, what it has
+    spent is saved to ``seconds-open.json`` every ``tick_s`` (a thread: a ``kill -9`` runs no handler, so a kill
+    loses at most a tick), and the stage's entry in ``seconds.json``, written when it returns, adds it up.
+    """
+
+    def __init__(self, run: RunDir, tick_s: float = 60.0):
+        self.run, self.tick_s, self._lock = run, tick_s, threading.Lock()
+        self.seconds: dict[str, float] = run.read_json("seconds.json") or {}
+        self.open: dict[str, float] = run.read_json("seconds-open.json") or {}
+
+    def _save_open(self, key: str, spent: float | None) -> None:
+        with self._lock:
+            if spent is None:
+                self.open.pop(key, None)
+            else:
+                self.open[key] = round(spent, 1)
+            self.run.write_json("seconds-open.json", self.open)
+
+    def timed(self, key: str, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)``; its seconds (with those of earlier tries that did not finish) recorded under
+        ``key`` the first time it returns. A stage already recorded is run (it reads its output back) and not timed."""
+        if key in self.seconds:
+            return fn(*args, **kwargs)
+        before, t0, stop = self.open.get(key, 0.0), time.time(), threading.Event()
+
+        def tick():
+            while not stop.wait(self.tick_s):
+                self._save_open(key, before + time.time() - t0)
+
+        ticker = threading.Thread(target=tick, name=f"clock:{key}", daemon=True)
+        ticker.start()
+        try:
+            out = fn(*args, **kwargs)
+        except BaseException:
+            stop.set()
+            ticker.join()
+            self._save_open(key, before + time.time() - t0)
+            raise
+        stop.set()
+        ticker.join()
+        with self._lock:
+            self.seconds[key] = round(before + time.time() - t0, 1)
+            self.run.write_json("seconds.json", self.seconds)
+        self._save_open(key, None)
+        return out

@@ -1,11 +1,14 @@
-"""Run folders: one JSONL rule, config refusal, atomic JSON, checkpoints in order."""
+"""Run folders: one JSONL rule, config refusal, atomic JSON, checkpoints in order, stage seconds over resumes."""
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from agentlab.runs import RunDir, RunExistsError, read_jsonl
+from agentlab.runs import RunDir, RunExistsError, StageClock, read_jsonl
 
 
 def test_one_jsonl_rule_torn_last_line_dropped_bad_middle_line_raises(tmp_path):
@@ -61,3 +64,44 @@ def test_recorded_paths_are_relative_to_the_run_and_resolve_after_a_move(tmp_pat
     run.prepare({"init_adapter": "../other/adapter", "lr": 1})
     with pytest.raises(RunExistsError, match="init_adapter"):
         run.prepare({"init_adapter": "../third/adapter", "lr": 1})
+
+
+def test_a_stage_killed_and_resumed_records_the_seconds_of_both_tries(tmp_path):
+    """A study stage cut by the session's end and finished by the next took both sessions' time; the record used to
+    hold the last one's only (a GRPO test evaluation finished in 3,434 s after ~1,800 s in the session before)."""
+    child = (f"import time; from agentlab.runs import RunDir, StageClock; "
+             f"StageClock(RunDir({str(tmp_path)!r}), tick_s=0.05).timed('test_grpo', time.sleep, 60)")
+    proc = subprocess.Popen([sys.executable, "-c", child])
+    deadline = time.time() + 30
+    while time.time() < deadline and not (tmp_path / "seconds-open.json").exists():
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.kill()  # SIGKILL: no handler runs, only what the ticker saved survives
+    proc.wait()
+    spent = RunDir(tmp_path).read_json("seconds-open.json")["test_grpo"]
+    assert spent >= 0.4
+    assert RunDir(tmp_path).read_json("seconds.json") is None  # not done: no entry a reader could take for the whole
+
+    clock = StageClock(RunDir(tmp_path), tick_s=0.05)
+    assert clock.timed("test_grpo", lambda: time.sleep(0.2) or "out") == "out"
+    assert spent + 0.2 <= clock.seconds["test_grpo"] < spent + 5
+    assert RunDir(tmp_path).read_json("seconds.json") == clock.seconds
+    assert "test_grpo" not in RunDir(tmp_path).read_json("seconds-open.json")
+    # a recorded stage reads its output back untimed: its record stays
+    assert clock.timed("test_grpo", lambda: "read back") == "read back"
+    assert RunDir(tmp_path).read_json("seconds.json")["test_grpo"] == clock.seconds["test_grpo"]
+
+
+def test_a_stage_that_raises_keeps_its_seconds_for_the_try_that_finishes(tmp_path):
+    clock = StageClock(RunDir(tmp_path), tick_s=60)
+
+    def fails():
+        time.sleep(0.3)
+        raise RuntimeError("out of memory")
+
+    with pytest.raises(RuntimeError):
+        clock.timed("grpo", fails)
+    assert clock.open["grpo"] >= 0.3 and "grpo" not in clock.seconds
+    again = StageClock(RunDir(tmp_path))
+    again.timed("grpo", lambda: None)
+    assert again.seconds["grpo"] >= 0.3
