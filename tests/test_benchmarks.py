@@ -337,3 +337,15 @@ def test_gpu_check_keeps_grpo_step_metrics_from_a_run_cut_short():
            "{'loss': '-0.1', 'reward': '0.68', 'frac_reward_zero_std': '0.25', 'entropy': '0.043', "
            "'step_time': '73.04'}\r 50%|#####     | 1/2\n")
     assert logged_steps(log) == [{"step_time": 73.04, "reward": 0.68, "frac_reward_zero_std": 0.25, "entropy": 0.043}]
+
+
+def test_a_seeds_seconds_count_each_stage_once():
+    """An arm's checkpoint validations and sampling budget are timed inside the arm's own stage; summing every entry of
+    seconds.json counted them twice."""
+    from rl_vs_sft import total_seconds
+
+    seconds = {"tasks": 1.0, "sft_best_lr=0.001_train": 10.0, "sft_best_lr=0.001_steps=16_validation": 5.0,
+               "grpo": 100.0, "sft_matched": 90.0, "sft_matched_steps=4_validation": 7.0, "rft": 95.0,
+               "rft_sampling": 40.0, "rft_steps=2_validation": 6.0, "expert_iteration": 98.0,
+               "ei_round0_sampling": 30.0, "expert_iteration_round0_validation": 8.0, "test_grpo": 20.0}
+    assert total_seconds(seconds) == 1 + 10 + 5 + 100 + 90 + 95 + 98 + 20
