@@ -262,17 +262,22 @@ def markdown_table(out: dict) -> str:
 
 
 def plot(out: dict, path: Path) -> Path:
-    """Every seed of every environment and regime: F4, F1, precision, recall and success of each policy with CIs."""
+    """Every seed of every environment and regime: F4, F1, precision, recall and success of each policy with CIs; one
+    row per (environment, regime), one column per seed."""
     import matplotlib.pyplot as plt
 
     from agentlab.plots import metric_groups
 
-    panels = [(env, e["regime"], s) for env, e in studies(out) for s in e["seeds"]]
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.2), squeeze=False)
-    for ax, (env, regime, s) in zip(axes[0], panels, strict=True):
-        policies = {arm: s[arm] for arm in ("base", "sft_best", "grpo") if arm in s}
-        metric_groups(ax, policies, tuple(m for m in METRICS[env] if m != "curated"),
-                      f"{env} {regime}, seed {s['seed']}: {s['n']} test tasks, greedy")
+    rows = [(env, e) for env, e in studies(out)]
+    width = max(len(e["seeds"]) for _, e in rows)
+    fig, axes = plt.subplots(len(rows), width, figsize=(6.5 * width, 4.2 * len(rows)), squeeze=False)
+    for ax_row, (env, e) in zip(axes, rows, strict=True):
+        for ax, s in zip(ax_row, e["seeds"], strict=False):
+            policies = {arm: s[arm] for arm in ("base", "sft_best", "grpo") if arm in s}
+            metric_groups(ax, policies, tuple(m for m in METRICS[env] if m != "curated"),
+                          f"{env} {e['regime']}, seed {s['seed']}: {s['n']} test tasks, greedy")
+        for ax in ax_row[len(e["seeds"]):]:
+            ax.axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

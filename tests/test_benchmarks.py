@@ -216,7 +216,7 @@ def test_a_lesson_pairs_its_two_settings_over_seed_and_task():
     assert d["mean"] == 3 / 8 and 0 < d["ci_low"] <= d["mean"] <= d["ci_high"]
 
 
-def test_a_regime_beside_the_study_is_kept_apart_and_rendered_with_its_name():
+def test_a_regime_beside_the_study_is_kept_apart_and_rendered_with_its_name(tmp_path):
     """seed_systems.py: the study's own regime fills ``out[env]``; another (``--regime``) lands under ``also`` and
     neither overwrites the other; the table names each row's regime, and run folders differ by regime."""
     from seed_systems import STUDY, regime_slot, seed_name
@@ -225,7 +225,7 @@ def test_a_regime_beside_the_study_is_kept_apart_and_rendered_with_its_name():
     own = STUDY["doc_search"]["regime"]
     out = {}
     seed = {"seed": 0, "n": 2, **{arm: {m: {"mean": 0.5, "ci_low": 0.25, "ci_high": 0.75}
-                                     for m in ("f4", "success", "precision", "recall", "curated")}
+                                     for m in ("f4", "f1", "success", "precision", "recall", "curated")}
                                    for arm in ("sft_best", "grpo")}}
     regime_slot(out, "doc_search", own).update({"regime": own, "seeds": [seed]})
     regime_slot(out, "doc_search", "expert:16").update({"regime": "expert:16", "seeds": [seed]})
@@ -250,6 +250,13 @@ def test_a_regime_beside_the_study_is_kept_apart_and_rendered_with_its_name():
                                                for m in ("success", "precision", "recall", "covered")}}
     last = seed_table(out).split("\n\n")[1].splitlines()[-1]
     assert last.startswith("| code_search | `expert:16` | 0 | scripted: question_first_hit | 0.560 [0.500, 0.620] |")
+    # the plot: a row per (environment, regime), a column per seed (a single row grew one panel per seed unbounded)
+    import matplotlib.image
+    from seed_systems import plot
+
+    regime_slot(out, "code_search", STUDY["code_search"]["regime"])["seeds"] += [{**code, "seed": 1}]
+    height, width = matplotlib.image.imread(plot(out, tmp_path / "p.png")).shape[:2]
+    assert abs(height / width - (3 * 4.2) / (2 * 6.5)) < 0.02
 
 
 def test_the_rl_vs_sft_map_is_built_from_the_studies_and_rendered_in_the_readme():
