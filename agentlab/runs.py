@@ -203,10 +203,10 @@ class StageClock:
 
     def _save_open(self, key: str, spent: float | None) -> None:
         with self._lock:
-            if spent is None:
-                self.open.pop(key, None)
-            else:
+            if spent is not None:
                 self.open[key] = round(spent, 1)
+            elif self.open.pop(key, None) is None:
+                return  # a stage shorter than a tick, never saved open: nothing to clear
             self.run.write_json("seconds-open.json", self.open)
 
     def timed(self, key: str, fn, *args, **kwargs):
@@ -220,19 +220,22 @@ class StageClock:
             while not stop.wait(self.tick_s):
                 self._save_open(key, before + time.time() - t0)
 
+        def halt() -> float:
+            """Stop the ticker (so it cannot save after us); the stage's seconds over every try."""
+            stop.set()
+            ticker.join()
+            return before + time.time() - t0
+
         ticker = threading.Thread(target=tick, name=f"clock:{key}", daemon=True)
         ticker.start()
         try:
             out = fn(*args, **kwargs)
         except BaseException:
-            stop.set()
-            ticker.join()
-            self._save_open(key, before + time.time() - t0)
+            self._save_open(key, halt())
             raise
-        stop.set()
-        ticker.join()
+        spent = halt()
         with self._lock:
-            self.seconds[key] = round(before + time.time() - t0, 1)
+            self.seconds[key] = round(spent, 1)
             self.run.write_json("seconds.json", self.seconds)
         self._save_open(key, None)
         return out

@@ -268,7 +268,7 @@ def plot(out: dict, path: Path) -> Path:
 
     from agentlab.plots import metric_groups
 
-    rows = [(env, e) for env, e in studies(out)]
+    rows = list(studies(out))
     width = max(len(e["seeds"]) for _, e in rows)
     fig, axes = plt.subplots(len(rows), width, figsize=(6.5 * width, 4.2 * len(rows)), squeeze=False)
     for ax_row, (env, e) in zip(axes, rows, strict=True):
