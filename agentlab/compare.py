@@ -367,7 +367,8 @@ def run_compare(cfg: CompareConfig, arms: tuple[str, ...] | None = None, overwri
                 diffs[f"grpo_minus_{arm}"] = {"mean": results["grpo"]["success"] - results[arm]["success"],
                                               "ci_low": low, "ci_high": high}
     result = {"env": cfg.env, "regime": cfg.data(), "seed": cfg.seed, "n": len(test), **results, **diffs,
-              "choices": policies, "tried": cmp.tried, "seconds": cmp.seconds, "config": cfg.to_config()}
+              "choices": policies, "tried": cmp.tried, "seconds": cmp.seconds,
+              "seconds_total": cmp.clock.total(), "config": cfg.to_config()}
     cmp.run.write_json("result.json", result)
     from agentlab.plots import plot_comparison
 

@@ -194,12 +194,17 @@ class StageClock:
     A stage cut short by a kill and finished by a resume took the time of both: while a stage runs, what it has
     spent is saved to ``seconds-open.json`` every ``tick_s`` (a thread: a ``kill -9`` runs no handler, so a kill
     loses at most a tick), and the stage's entry in ``seconds.json``, written when it returns, adds it up.
+
+    A stage timed while another runs (an arm's checkpoint validations inside the arm's stage) is recorded with that
+    parent in ``seconds-within.json``: its seconds are already the parent's, and :meth:`total` counts them once.
     """
 
     def __init__(self, run: RunDir, tick_s: float = 60.0):
         self.run, self.tick_s, self._lock = run, tick_s, threading.Lock()
         self.seconds: dict[str, float] = run.read_json("seconds.json") or {}
         self.open: dict[str, float] = run.read_json("seconds-open.json") or {}
+        self.within: dict[str, str] = run.read_json("seconds-within.json") or {}
+        self._running: list[str] = []  # the stages now open, outermost first
 
     def _save_open(self, key: str, spent: float | None) -> None:
         with self._lock:
@@ -208,6 +213,19 @@ class StageClock:
             elif self.open.pop(key, None) is None:
                 return  # a stage shorter than a tick, never saved open: nothing to clear
             self.run.write_json("seconds-open.json", self.open)
+
+    def record(self, key: str, seconds: float) -> None:
+        """Set ``key``'s seconds (a budget spent piece by piece, such as a sampling loop's), inside the open stage."""
+        with self._lock:
+            self.seconds[key] = seconds
+            self.run.write_json("seconds.json", self.seconds)
+            if self._running and self.within.get(key) != self._running[-1]:
+                self.within[key] = self._running[-1]
+                self.run.write_json("seconds-within.json", self.within)
+
+    def total(self) -> float:
+        """The run's wall seconds: every recorded stage once, none counted inside its parent too."""
+        return round(sum(v for k, v in self.seconds.items() if k not in self.within), 1)
 
     def timed(self, key: str, fn, *args, **kwargs):
         """``fn(*args, **kwargs)``; its seconds (with those of earlier tries that did not finish) recorded under
@@ -224,18 +242,17 @@ class StageClock:
             """Stop the ticker (so it cannot save after us); the stage's seconds over every try."""
             stop.set()
             ticker.join()
+            self._running.pop()
             return before + time.time() - t0
 
         ticker = threading.Thread(target=tick, name=f"clock:{key}", daemon=True)
         ticker.start()
+        self._running.append(key)
         try:
             out = fn(*args, **kwargs)
         except BaseException:
             self._save_open(key, halt())
             raise
-        spent = halt()
-        with self._lock:
-            self.seconds[key] = round(spent, 1)
-            self.run.write_json("seconds.json", self.seconds)
+        self.record(key, round(halt(), 1))
         self._save_open(key, None)
         return out

@@ -56,8 +56,7 @@ def sample(cmp, adapter: Path, tasks: list[Task], budget_s: float, file: Path, k
                 spent += time.time() - t0
                 # Unrounded: a resumed run compares it with the budget again, and a value rounded below the budget
                 # would sample another batch the first run never drew (its result would then differ).
-                cmp.seconds[key] = spent
-                cmp.run.write_json("seconds.json", cmp.seconds)
+                cmp.clock.record(key, spent)
         episodes = read_rollouts(file)[0]
     return episodes, todo
 

@@ -32,14 +32,17 @@ POLICY_KEYS = ("success", "ci_low", "ci_high")
 STUDY = {"sft_steps": "2,4,8,16", "grpo_steps": "15", "eval_every": "5", "temperature": "1.0"}
 
 
-# Stages timed inside an arm's own stage (agentlab.compare: its checkpoints' validations, its sampling budget): already
-# in that arm's seconds, so a seed's total leaves them out.
+# Stages timed inside an arm's own stage (agentlab.compare: its checkpoints' validations, its sampling budget), for
+# results written before the clock recorded which stage ran inside which (`seconds_total`): already in that arm's
+# seconds, so a seed's total leaves them out.
 NESTED = ("sft_matched_", "rft_", "ei_round", "expert_iteration_")
 
 
-def total_seconds(seconds: dict[str, float]) -> float:
-    """A comparison's wall seconds from its ``seconds.json``: every stage once, none counted inside another too."""
-    return round(sum(v for k, v in seconds.items() if not k.startswith(NESTED)), 1)
+def total_seconds(result: dict) -> float:
+    """A comparison's wall seconds: every stage once, none counted inside another too."""
+    if "seconds_total" in result:
+        return result["seconds_total"]
+    return round(sum(v for k, v in result["seconds"].items() if not k.startswith(NESTED)), 1)
 
 
 def seed_entry(result: dict) -> dict:
@@ -51,7 +54,7 @@ def seed_entry(result: dict) -> dict:
                 "grpo_minus_sft_all"):
         if key in result:
             entry[key] = result[key]
-    entry["seconds"] = total_seconds(result["seconds"])
+    entry["seconds"] = total_seconds(result)
     entry["choices"] = {arm: {k: v for k, v in c.items() if k != "adapter"} for arm, c in result["choices"].items()}
     return entry
 

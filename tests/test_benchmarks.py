@@ -355,4 +355,5 @@ def test_a_seeds_seconds_count_each_stage_once():
                "grpo": 100.0, "sft_matched": 90.0, "sft_matched_steps=4_validation": 7.0, "rft": 95.0,
                "rft_sampling": 40.0, "rft_steps=2_validation": 6.0, "expert_iteration": 98.0,
                "ei_round0_sampling": 30.0, "expert_iteration_round0_validation": 8.0, "test_grpo": 20.0}
-    assert total_seconds(seconds) == 1 + 10 + 5 + 100 + 90 + 95 + 98 + 20
+    assert total_seconds({"seconds": seconds}) == 1 + 10 + 5 + 100 + 90 + 95 + 98 + 20  # an older result
+    assert total_seconds({"seconds": seconds, "seconds_total": 12.5}) == 12.5  # one whose clock knew the nesting

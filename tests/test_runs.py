@@ -105,3 +105,22 @@ def test_a_stage_that_raises_keeps_its_seconds_for_the_try_that_finishes(tmp_pat
     again = StageClock(RunDir(tmp_path))
     again.timed("grpo", lambda: None)
     assert again.seconds["grpo"] >= 0.3
+
+
+def test_a_stage_timed_inside_another_counts_once_in_the_total(tmp_path):
+    """An arm's checkpoint validations and sampling budget run inside the arm's own stage: the total takes the arm's
+    seconds and not theirs again, whatever the inner stages are called, and a resumed run still knows the nesting."""
+    clock = StageClock(RunDir(tmp_path), tick_s=60)
+
+    def arm():
+        clock.record("arm_sampling", 0.2)  # a budget spent piece by piece, inside the arm
+        clock.timed("arm_steps=2_validation", time.sleep, 0.2)
+        time.sleep(0.1)
+
+    clock.timed("tasks", time.sleep, 0.1)
+    clock.timed("arm", arm)
+    assert clock.within == {"arm_sampling": "arm", "arm_steps=2_validation": "arm"}
+    assert clock.total() == round(clock.seconds["tasks"] + clock.seconds["arm"], 1)
+    assert clock.total() < sum(clock.seconds.values()) - 0.3
+    again = StageClock(RunDir(tmp_path))
+    assert again.within == clock.within and again.total() == clock.total()
