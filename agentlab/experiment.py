@@ -49,7 +49,7 @@ class Experiment:
     beta: float = 0.0             # KL to the reference; 0 skips the reference forward entirely
     temperature: float = 0.7
     steps: int = 10
-    eval_every: int = 5           # checkpoint + held-out eval every K steps
+    eval_every: int = 5           # held-out eval (of a checkpoint kept) every K steps, and at the last
     eval_tasks: int = 48
     lora_r: int = 16
     seed: int = 0
@@ -111,6 +111,11 @@ class Experiment:
             errors.append(str(exc))
         if errors:
             raise ValueError("bad experiment config: " + "; ".join(errors))
+
+    def evaluates_at(self, step: int) -> bool:
+        """Whether GRPO's checkpoint at ``step`` is evaluated on held-out tasks (and kept): every ``eval_every``
+        steps, and the last."""
+        return step % self.eval_every == 0 or step >= self.steps
 
     def reward_object(self):
         """The configured reward (a spec string parsed), or None for the environment's default."""
@@ -247,6 +252,11 @@ def grpo_kwargs(exp: Experiment, output_dir: Path, **overrides) -> dict:
         # (delta, from INTELLECT-2's asynchronous RL, which used 4): a stale token's weight stays bounded.
         kwargs["delta"] = ASYNC_DELTA
     kwargs.update(overrides)
+    if kwargs["use_cpu"] and "save_steps" not in overrides:
+        # A checkpoint every step (a LoRA adapter and its optimiser state: a few MB, against minutes a step on a CPU),
+        # so a study stopped at a session's end loses one step at most, not up to eval_every of them; evaluations
+        # keep their cadence and the checkpoints between them are pruned (train.Recorder, RunDir.prune_checkpoints).
+        kwargs["save_steps"] = 1
     return kwargs
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -107,8 +108,6 @@ class RunDir:
         if overwrite and not write:
             return
         if self.path.exists() and overwrite:
-            import shutil
-
             shutil.rmtree(self.path)
         if self.finished:
             raise RunExistsError(f"run {self.path} is finished; pass --overwrite to start it again, or pick "
@@ -186,6 +185,13 @@ class RunDir:
         root = self.path / under
         found = [p for p in root.glob("checkpoint-*") if _parses(p / "trainer_state.json")]
         return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+    def prune_checkpoints(self, keep, under: str = "checkpoints") -> None:
+        """Delete the complete checkpoints in ``under`` older than the newest whose step ``keep(step)`` refuses:
+        the newest stays, a resume starts there."""
+        for ckpt in self.checkpoints(under)[:-1]:
+            if not keep(int(ckpt.name.split("-")[1])):
+                shutil.rmtree(ckpt)
 
 
 class StageClock:

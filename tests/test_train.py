@@ -72,7 +72,9 @@ def test_grpo_config_maps_the_experiment(tmp_path):
     cfg = grpo_config(exp, tmp_path)
     assert cfg.per_device_train_batch_size == 12 and cfg.num_generations == 4
     assert cfg.beta == 0.0 and cfg.temperature == 0.7 and cfg.learning_rate == 1e-4 and cfg.max_steps == 7
-    assert cfg.save_steps == 2 and cfg.lr_scheduler_type == "constant" and not cfg.gradient_checkpointing
+    assert cfg.lr_scheduler_type == "constant" and not cfg.gradient_checkpointing
+    # on a CPU a checkpoint every step (minutes a step: a stop loses one at most); a GPU keeps the eval cadence
+    assert cfg.save_steps == 1 and grpo_config(exp, tmp_path, use_cpu=False, bf16=False).save_steps == 2
 
 
 def _cli(args, env, **kw):
@@ -535,6 +537,39 @@ def test_a_run_stopped_in_its_last_evaluation_finishes_without_training_a_step_m
     first = load_file(run.checkpoints()[0] / "adapter_model.safetensors")
     assert last.keys() == final.keys() and all((last[k] == final[k]).all() for k in last)
     assert any((first[k] != last[k]).any() for k in last)  # (the two checkpoints differ: the check above can fail)
+
+
+def test_a_run_stopped_between_evaluations_resumes_from_the_step_it_stopped_at(tmp_path, monkeypatch):
+    """A CPU run saves every step and evaluates every ``eval_every``: stopped after step 1 (no evaluation there), it
+    resumes at step 2, not from scratch; a checkpoint between evaluations goes once a newer one is saved. A run begun
+    before checkpoints were saved every step (its trainer state says every ``eval_every``) saves every step too."""
+    spec = load("lookup")
+    train, val = spec.make_tasks("train", 4, seed=0), spec.make_tasks("validation", 2, seed=0)
+    exp = Experiment(name="between", model="tiny-random", env="lookup", steps=4, eval_every=2, eval_tasks=2,
+                     groups_per_step=1, group_size=2, max_new_tokens=8, precision="fp32")
+    prune, kept = RunDir.prune_checkpoints, []
+
+    class SessionEnds(Exception):
+        pass
+
+    def prune_and_stop_after_step_1(run, keep, under="checkpoints"):
+        prune(run, keep, under)
+        kept.append([int(c.name.split("-")[1]) for c in run.checkpoints(under)])
+        if kept == [[1]]:
+            raise SessionEnds
+
+    monkeypatch.setattr(RunDir, "prune_checkpoints", prune_and_stop_after_step_1)
+    run = RunDir(tmp_path / "between")
+    with pytest.raises(SessionEnds):
+        run_grpo(exp, train, val, run=run)
+    assert sorted(p.name for p in run.evals_dir.glob("step-*.json")) == ["step-0000.json"]
+    state = run.path / "checkpoints" / "checkpoint-1" / "trainer_state.json"
+    state.write_text(json.dumps({**json.loads(state.read_text()), "save_steps": exp.eval_every}))  # an older run's
+    run_grpo(exp, train, val, run=run)  # resumes from checkpoint-1: step 1 is not trained again
+    assert [m["step"] for m in read_jsonl(run.metrics_file)[0]] == [1, 2, 3, 4] and run.finished
+    assert sorted(p.name for p in run.evals_dir.glob("step-*.json")) == [f"step-000{i}.json" for i in (0, 2, 4)]
+    # after each save (and at the resume's start): the newest checkpoint and the evaluated ones before it
+    assert kept == [[1], [1], [2], [2, 3], [2, 4]]
 
 
 def test_a_checkpoint_evaluation_cut_short_resumes_with_the_episodes_it_wrote(tmp_path, capsys):
