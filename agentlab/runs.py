@@ -184,14 +184,19 @@ class RunDir:
         leaves it torn)."""
         root = self.path / under
         found = [p for p in root.glob("checkpoint-*") if _parses(p / "trainer_state.json")]
-        return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+        return sorted(found, key=checkpoint_step)
 
     def prune_checkpoints(self, keep, under: str = "checkpoints") -> None:
         """Delete the complete checkpoints in ``under`` older than the newest whose step ``keep(step)`` refuses:
         the newest stays, a resume starts there."""
         for ckpt in self.checkpoints(under)[:-1]:
-            if not keep(int(ckpt.name.split("-")[1])):
+            if not keep(checkpoint_step(ckpt)):
                 shutil.rmtree(ckpt)
+
+
+def checkpoint_step(checkpoint: str | Path) -> int:
+    """The step of a trainer checkpoint folder (``.../checkpoint-12`` -> 12)."""
+    return int(Path(checkpoint).name.rsplit("-", 1)[1])
 
 
 class StageClock:

@@ -33,7 +33,7 @@ from agentlab.experiment import (
     world_size,
 )
 from agentlab.rollout import EVAL_BATCH, TASK_KEY, Renderer, run_episodes
-from agentlab.runs import RunDir
+from agentlab.runs import RunDir, checkpoint_step
 from agentlab.sft import SFTSettings, run_sft
 from agentlab.trl_compat import agent_trainer_class, resume_training
 from agentlab.types import Episode, Task
@@ -245,7 +245,7 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
     checkpoints = [] if overwrite else run.checkpoints()  # (the main process may not have emptied the folder yet)
     resume = str(checkpoints[-1]) if checkpoints else None
     if resume and main:
-        run.truncate_after(int(resume.rsplit("-", 1)[1]))
+        run.truncate_after(checkpoint_step(resume))
 
     load_fn = load_fn or load_policy
     if loader == "unsloth":
