@@ -187,6 +187,31 @@ RUN_METRICS = {
 }
 
 
+HELD_OUT = "held_out:"  # a metric named "held_out:<name>": checkpoint evaluations' <name> (f4, curated, reward, ...)
+
+
+def _axis(metric: str) -> tuple[str, bool]:
+    """A run metric's axis label (``RUN_METRICS``' entry, or a held-out metric's: ``held_out:<name>``) and whether
+    checkpoint evaluations hold it (else the per-step training metrics do)."""
+    if metric in RUN_METRICS:
+        return RUN_METRICS[metric], metric == "success"
+    if metric.startswith(HELD_OUT) and metric != HELD_OUT:
+        return f"held-out {metric[len(HELD_OUT):]} (checkpoint evals, 95% CI)", True
+    raise ValueError(f"metric {metric!r} unknown; expected one of {list(RUN_METRICS)} or '{HELD_OUT}<name>' (an "
+                     "evaluation's figure, e.g. held_out:reward, or an environment metric, e.g. held_out:f4)")
+
+
+def held_out(evaluation: dict, metric: str) -> dict | None:
+    """A checkpoint evaluation's ``{mean, ci_low, ci_high}`` for ``metric`` (``success``, or ``held_out:<name>``: the
+    evaluation's own figure, such as reward, else the environment's metric, such as doc_search's curated-set size);
+    None where the evaluation lacks it."""
+    name = metric.removeprefix(HELD_OUT)
+    value = evaluation.get(name)
+    if not (isinstance(value, dict) and "mean" in value):
+        value = evaluation.get("env_metrics", {}).get(name)
+    return value
+
+
 def _rolling(values: list[float], window: int) -> list[float]:
     out = []
     for i in range(len(values)):
@@ -201,8 +226,7 @@ def plot_runs(runs: dict[str, dict], metric: str = "success", x: str = "step", a
     ``prompts_seen``. Held-out success is drawn with its bootstrap CI band; ``reward_mean`` with a ±1.96·SE band
     of the step's rollouts; other metrics as lines, optionally smoothed over ``smooth`` steps."""
     plt = _plt()
-    if metric not in RUN_METRICS:
-        raise ValueError(f"metric {metric!r} unknown; expected one of {list(RUN_METRICS)}")
+    label_y, from_evals = _axis(metric)
     if x not in ("step", "prompts_seen"):
         raise ValueError(f"x={x!r}; expected 'step' or 'prompts_seen'")
     if ax is None:
@@ -210,12 +234,11 @@ def plot_runs(runs: dict[str, dict], metric: str = "success", x: str = "step", a
     for i, (label, run) in enumerate(runs.items()):
         per_step = run["config"].get("groups_per_step", 1) if x == "prompts_seen" else 1
         color = f"C{i % 10}"
-        if metric == "success":
-            ev = run["evals"]
-            xs = [e["step"] * per_step for e in ev]
-            ax.plot(xs, [e["success"]["mean"] for e in ev], "o-", color=color, label=label)
-            ax.fill_between(xs, [e["success"]["ci_low"] for e in ev], [e["success"]["ci_high"] for e in ev],
-                            color=color, alpha=0.12)
+        if from_evals:
+            ev = [(e["step"] * per_step, v) for e in run["evals"] if (v := held_out(e, metric))]
+            xs = [k for k, _ in ev]
+            ax.plot(xs, [v["mean"] for _, v in ev], "o-", color=color, label=label)
+            ax.fill_between(xs, [v["ci_low"] for _, v in ev], [v["ci_high"] for _, v in ev], color=color, alpha=0.12)
             continue
         ms = [m for m in run["metrics"] if m.get(metric) is not None]
         xs = [m["step"] * per_step for m in ms]
@@ -227,10 +250,10 @@ def plot_runs(runs: dict[str, dict], metric: str = "success", x: str = "step", a
             ax.fill_between(xs, [y - s for y, s in zip(ys, se, strict=True)],
                             [y + s for y, s in zip(ys, se, strict=True)], color=color, alpha=0.1)
     ax.set_xlabel("prompts seen" if x == "prompts_seen" else "GRPO step")
-    ax.set_ylabel(RUN_METRICS[metric])
+    ax.set_ylabel(label_y)
     if metric in ("success", "valid_rollouts", "zero_variance_groups"):
         ax.set_ylim(-0.05, 1.05)
-    ax.set_title(title or RUN_METRICS[metric].split(" (")[0])
+    ax.set_title(title or label_y.split(" (")[0])
     ax.legend(fontsize=7)
     return ax
 
@@ -247,16 +270,15 @@ def plot_seeds(groups: dict[str, list[dict]], metric: str = "success", x: str = 
     plt = _plt()
     import numpy as np
 
-    if metric not in RUN_METRICS:
-        raise ValueError(f"metric {metric!r} unknown; expected one of {list(RUN_METRICS)}")
+    label_y, from_evals = _axis(metric)
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3.8))
     for i, (label, runs) in enumerate(groups.items()):
         color, curves = f"C{i % 10}", []
         for run in runs:
             per_step = run["config"].get("groups_per_step", 1) if x == "prompts_seen" else 1
-            if metric == "success":
-                pts = {e["step"] * per_step: e["success"]["mean"] for e in run["evals"]}
+            if from_evals:
+                pts = {e["step"] * per_step: v["mean"] for e in run["evals"] if (v := held_out(e, metric))}
             else:
                 ms = [m for m in run["metrics"] if m.get(metric) is not None]
                 pts = dict(zip([m["step"] * per_step for m in ms], _rolling([m[metric] for m in ms], smooth),
@@ -276,13 +298,13 @@ def plot_seeds(groups: dict[str, list[dict]], metric: str = "success", x: str = 
                 ax.errorbar([k + shift for k in common], mean, yerr=[mean - ys.min(0), ys.max(0) - mean], fmt="o--",
                             color=color, lw=1, capsize=4, ms=6, label=label + ", bar: seeds' range")
             else:
-                ax.plot(common, mean, "o-" if metric == "success" else "-", color=color, lw=2, label=label)
+                ax.plot(common, mean, "o-" if from_evals else "-", color=color, lw=2, label=label)
                 ax.fill_between(common, ys.min(0), ys.max(0), color=color, alpha=0.12)
     ax.set_xlabel("prompts seen" if x == "prompts_seen" else "GRPO step")
-    ax.set_ylabel(RUN_METRICS[metric].replace("95% CI", "seeds' range"))
+    ax.set_ylabel(label_y.replace("95% CI", "seeds' range"))
     if metric in ("success", "valid_rollouts", "zero_variance_groups"):
         ax.set_ylim(-0.05, 1.05)
-    ax.set_title(title or RUN_METRICS[metric].split(" (")[0])
+    ax.set_title(title or label_y.split(" (")[0])
     ax.legend(fontsize=7)
     return ax
 

@@ -51,7 +51,8 @@ SETTINGS = {  # name -> the Experiment fields that differ from the study's GRPO 
     "no_penalty": {"reward": "f4=1"},
     "finish_bonus": {"reward": "f4=1,empty=-0.2,format=0.1"},
 }
-LESSONS = {"beta": ("base", "f1"), "lr": ("base", "lr_x10"), "batch": ("few_groups", "many_groups"),
+# In the order they run: notebook 06 reads the first two (its learning-rate and batch sections) from these runs.
+LESSONS = {"lr": ("base", "lr_x10"), "batch": ("few_groups", "many_groups"), "beta": ("base", "f1"),
            "penalty": ("base", "no_penalty"), "format": ("base", "finish_bonus")}
 
 

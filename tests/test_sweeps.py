@@ -103,3 +103,30 @@ def test_seeds_repeat_every_setting_and_are_read_back_together(tmp_path):
     assert sum(isinstance(c, PolyCollection) for c in ax.collections) == 2 and not ax.containers
     assert ax.get_legend_handles_labels()[1][0] == "0.0001 (mean of 2 seeds)"
     plot_seeds(groups, "reward_mean")
+
+
+def test_a_held_out_metric_other_than_success_is_read_from_each_evaluation(tmp_path):
+    """``held_out:<name>``: an evaluation's own figure (reward) or its environment's metric (doc_search's curated-set
+    size), plotted per run with its CI and per setting over seeds; an evaluation lacking it is skipped, an unknown
+    metric name refused."""
+    from agentlab.plots import held_out, plot_runs, plot_seeds
+
+    def ev(step, reward, curated):
+        return {"step": step, "success": {"mean": 0.5, "ci_low": 0.4, "ci_high": 0.6},
+                "reward": {"mean": reward, "ci_low": reward - 0.1, "ci_high": reward + 0.1},
+                "env_metrics": {"curated": {"mean": curated, "ci_low": curated - 1, "ci_high": curated + 1}}}
+
+    runs = [{"config": {"seed": s}, "metrics": [], "evals": [ev(0, 0.5, 1.0), ev(6, 0.6 + 0.1 * s, 2.0 + s)]}
+            for s in range(3)]
+    assert held_out(runs[0]["evals"][1], "held_out:curated")["mean"] == 2.0
+    assert held_out(runs[0]["evals"][1], "held_out:reward")["mean"] == 0.6
+    assert held_out(runs[0]["evals"][1], "success")["mean"] == 0.5 and held_out({}, "held_out:f4") is None
+    ax = plot_seeds({"base": runs}, "held_out:curated")
+    line = ax.containers[0].lines[0]  # the mean over seeds at each evaluation
+    assert list(line.get_ydata()) == [1.0, 3.0] and ax.get_ylabel().startswith("held-out curated")
+    runs[2]["evals"][1]["env_metrics"] = {}  # lacks the metric: only its step-0 point is drawn
+    ax = plot_runs({str(i): r for i, r in enumerate(runs)}, "held_out:curated")
+    assert [len(line.get_xdata()) for line in ax.lines] == [2, 2, 1]
+    with pytest.raises(ValueError, match="held_out:"):
+        plot_runs({"a": runs[0]}, "f4")
+    ax.figure.savefig(tmp_path / "held_out.png")
