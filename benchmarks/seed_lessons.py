@@ -11,8 +11,8 @@ Each lesson compares two settings that differ in one thing, from the same start 
 ``beta``   the reward's β: F4 (recall weighs 16x precision; the study's) against F1 — do recall, precision and
            curated-set size move the way the write-up found (F4: more recall, bigger sets)?
 ``lr``     the study's learning rate against 10x it: does the high one collapse (validation falls, entropy falls)?
-``batch``  few groups a step (1 task x 8 rollouts) against many (4 x 2), equal rollouts: does curate-everything
-           appear (curated-set size up, precision down)?
+``batch``  few groups a step (1 task x 16 rollouts) against many (the study's 4 x 4), equal rollouts: does
+           curate-everything appear (curated-set size up, precision down)?
 ``penalty``  the empty-set penalty (-0.2 for curating nothing) against none: how often is nothing curated?
 ``format``   format shaping: +0.1 for an episode that ends with ``finish`` and no off-form call, against the study's
            reward, which pays F4 wherever an episode stops (the ``cheap:64`` study's GRPO learned to never finish,
@@ -46,13 +46,12 @@ SETTINGS = {  # name -> the Experiment fields that differ from the study's GRPO 
     "base": {},
     "f1": {"reward": "f1=1,empty=-0.2"},
     "lr_x10": {"lr_factor": 10.0},
-    "few_groups": {"groups_per_step": 1, "group_size": 8},
-    "many_groups": {"groups_per_step": 4, "group_size": 2},
+    "few_groups": {"groups_per_step": 1, "group_size": 16},  # against base's 4 x 4: the same 16 rollouts a step
     "no_penalty": {"reward": "f4=1"},
     "finish_bonus": {"reward": "f4=1,empty=-0.2,format=0.1"},
 }
 # In the order they run: notebook 06 reads the first two (its learning-rate and batch sections) from these runs.
-LESSONS = {"lr": ("base", "lr_x10"), "batch": ("few_groups", "many_groups"), "beta": ("base", "f1"),
+LESSONS = {"lr": ("base", "lr_x10"), "batch": ("few_groups", "base"), "beta": ("base", "f1"),
            "penalty": ("base", "no_penalty"), "format": ("base", "finish_bonus")}
 
 
