@@ -50,9 +50,10 @@ SETTINGS = {  # name -> the Experiment fields that differ from the study's GRPO 
     "no_penalty": {"reward": "f4=1"},
     "finish_bonus": {"reward": "f4=1,empty=-0.2,format=0.1"},
 }
-# In the order they run: notebook 06 reads the first two (its learning-rate and batch sections) from these runs.
-LESSONS = {"lr": ("base", "lr_x10"), "batch": ("few_groups", "base"), "beta": ("base", "f1"),
-           "penalty": ("base", "no_penalty"), "format": ("base", "finish_bonus")}
+# In the order they run: notebook 06 reads the first two (its learning-rate and batch sections) from these runs; the
+# third asks whether paying for a finish stops the study's GRPO from learning to spend every turn.
+LESSONS = {"lr": ("base", "lr_x10"), "batch": ("few_groups", "base"), "format": ("base", "finish_bonus"),
+           "beta": ("base", "f1"), "penalty": ("base", "no_penalty")}
 
 
 def experiment(start: Path, setting: str, seed: int):
