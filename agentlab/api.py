@@ -109,6 +109,7 @@ HOMES = {
     # agentlab.sweeps
     "final_success": "agentlab.sweeps",
     "load_run": "agentlab.sweeps",
+    "load_seeded": "agentlab.sweeps",
     "load_sweep": "agentlab.sweeps",
     "plan": "agentlab.sweeps",
     "run_sweep": "agentlab.sweeps",

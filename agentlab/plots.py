@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentlab.runs import HELD_OUT, held_out
+
 
 def _plt():
     # No matplotlib.use(...): in a notebook the inline backend must stay (figures show up); headless scripts get
@@ -187,9 +189,6 @@ RUN_METRICS = {
 }
 
 
-HELD_OUT = "held_out:"  # a metric named "held_out:<name>": checkpoint evaluations' <name> (f4, curated, reward, ...)
-
-
 def _axis(metric: str) -> tuple[str, bool]:
     """A run metric's axis label (``RUN_METRICS``' entry, or a held-out metric's: ``held_out:<name>``) and whether
     checkpoint evaluations hold it (else the per-step training metrics do)."""
@@ -199,17 +198,6 @@ def _axis(metric: str) -> tuple[str, bool]:
         return f"held-out {metric[len(HELD_OUT):]} (checkpoint evals, 95% CI)", True
     raise ValueError(f"metric {metric!r} unknown; expected one of {list(RUN_METRICS)} or '{HELD_OUT}<name>' (an "
                      "evaluation's figure, e.g. held_out:reward, or an environment metric, e.g. held_out:f4)")
-
-
-def held_out(evaluation: dict, metric: str) -> dict | None:
-    """A checkpoint evaluation's ``{mean, ci_low, ci_high}`` for ``metric`` (``success``, or ``held_out:<name>``: the
-    evaluation's own figure, such as reward, else the environment's metric, such as doc_search's curated-set size);
-    None where the evaluation lacks it."""
-    name = metric.removeprefix(HELD_OUT)
-    value = evaluation.get(name)
-    if not (isinstance(value, dict) and "mean" in value):
-        value = evaluation.get("env_metrics", {}).get(name)
-    return value
 
 
 def _rolling(values: list[float], window: int) -> list[float]:

@@ -267,3 +267,17 @@ class StageClock:
         self.record(key, round(halt(), 1))
         self._save_open(key, None)
         return out
+
+
+HELD_OUT = "held_out:"  # a metric named "held_out:<name>": checkpoint evaluations' <name> (f4, curated, reward, ...)
+
+
+def held_out(evaluation: dict, metric: str) -> dict | None:
+    """A checkpoint evaluation's ``{mean, ci_low, ci_high}`` for ``metric`` (``success``, or ``held_out:<name>``: the
+    evaluation's own figure, such as reward, else the environment's metric, such as doc_search's curated-set size);
+    None where the evaluation lacks it."""
+    name = metric.removeprefix(HELD_OUT)
+    value = evaluation.get(name)
+    if not (isinstance(value, dict) and "mean" in value):
+        value = evaluation.get("env_metrics", {}).get(name)
+    return value

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from agentlab.runs import RunDir
+from agentlab.runs import RunDir, held_out
 from agentlab.train import Experiment
 
 SWEEPABLE = ("lr", "groups_per_step", "group_size", "temperature", "beta", "max_turns", "lora_r", "seed", "hint_p")
@@ -150,12 +150,22 @@ def select_seeds(runs: dict[str, dict], field: str, base: Experiment | dict) -> 
             for k, v in sorted(keep.items(), key=lambda kv: float(kv[0]))}
 
 
-def final_success(runs: list[dict]) -> dict:
-    """The last checkpoint's validation success of each seed's run, their mean and range:
-    ``{"per_seed", "mean", "low", "high", "step"}`` (runs that have no evaluation yet are left out)."""
-    finals = [r["evals"][-1] for r in runs if r["evals"]]
-    values = [e["success"]["mean"] for e in finals]
+def final_success(runs: list[dict], metric: str = "success") -> dict:
+    """The last checkpoint's validation ``metric`` (success, or ``held_out:<name>``, :func:`agentlab.runs.held_out`)
+    of each seed's run, their mean and range: ``{"per_seed", "mean", "low", "high", "step"}`` (runs that have no
+    evaluation yet, or none with the metric, are left out)."""
+    finals = [(e["step"], v["mean"]) for r in runs if r["evals"] and (v := held_out(e := r["evals"][-1], metric))]
+    values = [v for _, v in finals]
     if not values:
         return {"per_seed": [], "mean": float("nan"), "low": float("nan"), "high": float("nan"), "step": None}
     return {"per_seed": values, "mean": sum(values) / len(values), "low": min(values), "high": max(values),
-            "step": min(e["step"] for e in finals)}
+            "step": min(step for step, _ in finals)}
+
+
+def load_seeded(path: str | Path) -> dict[str, list[dict]]:
+    """``{setting: [load_run(...) per seed, by seed]}`` for a folder laid out ``<setting>/seed-<k>/`` (the lessons of
+    ``benchmarks/seed_lessons.py``); a setting with no run folder yet is left out."""
+    out: dict[str, list[dict]] = {}
+    for config in sorted(Path(path).glob("*/seed-*/config.json"), key=lambda p: int(p.parent.name.split("-")[1])):
+        out.setdefault(config.parent.parent.name, []).append(load_run(config.parent))
+    return dict(sorted(out.items()))

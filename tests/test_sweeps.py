@@ -109,7 +109,9 @@ def test_a_held_out_metric_other_than_success_is_read_from_each_evaluation(tmp_p
     """``held_out:<name>``: an evaluation's own figure (reward) or its environment's metric (doc_search's curated-set
     size), plotted per run with its CI and per setting over seeds; an evaluation lacking it is skipped, an unknown
     metric name refused."""
-    from agentlab.plots import held_out, plot_runs, plot_seeds
+    from agentlab.plots import plot_runs, plot_seeds
+    from agentlab.runs import held_out
+    from agentlab.sweeps import final_success
 
     def ev(step, reward, curated):
         return {"step": step, "success": {"mean": 0.5, "ci_low": 0.4, "ci_high": 0.6},
@@ -121,6 +123,8 @@ def test_a_held_out_metric_other_than_success_is_read_from_each_evaluation(tmp_p
     assert held_out(runs[0]["evals"][1], "held_out:curated")["mean"] == 2.0
     assert held_out(runs[0]["evals"][1], "held_out:reward")["mean"] == 0.6
     assert held_out(runs[0]["evals"][1], "success")["mean"] == 0.5 and held_out({}, "held_out:f4") is None
+    f = final_success(runs, "held_out:curated")
+    assert f["per_seed"] == [2.0, 3.0, 4.0] and f["step"] == 6 and final_success(runs)["mean"] == 0.5
     ax = plot_seeds({"base": runs}, "held_out:curated")
     line = ax.containers[0].lines[0]  # the mean over seeds at each evaluation
     assert list(line.get_ydata()) == [1.0, 3.0] and ax.get_ylabel().startswith("held-out curated")
@@ -130,3 +134,17 @@ def test_a_held_out_metric_other_than_success_is_read_from_each_evaluation(tmp_p
     with pytest.raises(ValueError, match="held_out:"):
         plot_runs({"a": runs[0]}, "f4")
     ax.figure.savefig(tmp_path / "held_out.png")
+
+
+def test_lesson_runs_laid_out_by_setting_and_seed_are_read_back_together(tmp_path):
+    """``load_seeded``: ``<setting>/seed-<k>/`` run folders grouped by setting, seeds in numeric order (seed-10
+    after seed-2); a folder without a config (not started) is not a run."""
+    from agentlab.runs import RunDir
+    from agentlab.sweeps import load_seeded
+
+    for setting, seed in (("base", 10), ("base", 2), ("lr_x10", 0)):
+        RunDir(tmp_path / setting / f"seed-{seed}").prepare({"lr": 1.0, "seed": seed})
+    (tmp_path / "few_groups" / "seed-0").mkdir(parents=True)
+    runs = load_seeded(tmp_path)
+    assert list(runs) == ["base", "lr_x10"]
+    assert [r["config"]["seed"] for r in runs["base"]] == [2, 10] and runs["lr_x10"][0]["evals"] == []
