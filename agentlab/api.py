@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 
 HOMES = {
+    # agentlab.carry
+    "unpack": "agentlab.carry",
     # agentlab.compare, agentlab.demos (your own task: demonstrations a user brings, the comparison)
     "CompareConfig": "agentlab.compare",
     "run_compare": "agentlab.compare",
