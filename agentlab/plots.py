@@ -195,7 +195,7 @@ def _axis(metric: str) -> tuple[str, bool]:
     if metric in RUN_METRICS:
         return RUN_METRICS[metric], metric == "success"
     if metric.startswith(HELD_OUT) and metric != HELD_OUT:
-        return f"held-out {metric[len(HELD_OUT):]} (checkpoint evals, 95% CI)", True
+        return f"held-out {metric.removeprefix(HELD_OUT)} (checkpoint evals, 95% CI)", True
     raise ValueError(f"metric {metric!r} unknown; expected one of {list(RUN_METRICS)} or '{HELD_OUT}<name>' (an "
                      "evaluation's figure, e.g. held_out:reward, or an environment metric, e.g. held_out:f4)")
 
@@ -211,8 +211,9 @@ def _rolling(values: list[float], window: int) -> list[float]:
 def plot_runs(runs: dict[str, dict], metric: str = "success", x: str = "step", ax=None, smooth: int = 1,
               title: str = ""):
     """Overlay one metric of several runs (``agentlab.sweeps.load_run`` dicts) against ``step`` or
-    ``prompts_seen``. Held-out success is drawn with its bootstrap CI band; ``reward_mean`` with a ±1.96·SE band
-    of the step's rollouts; other metrics as lines, optionally smoothed over ``smooth`` steps."""
+    ``prompts_seen``. A held-out metric (success, ``held_out:<name>``) is drawn with its bootstrap CI band;
+    ``reward_mean`` with a ±1.96·SE band of the step's rollouts; other metrics as lines, optionally smoothed over
+    ``smooth`` steps."""
     plt = _plt()
     label_y, from_evals = _axis(metric)
     if x not in ("step", "prompts_seen"):
