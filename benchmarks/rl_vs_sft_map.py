@@ -8,8 +8,10 @@ Reads the studies' own results — ``rl_vs_sft.json`` (product_finder, every arm
 game as a user's own class, its win rate as the success) — and writes one entry per (environment,
 regime): per seed, each arm's test success with its 95% CI, its seconds where the study recorded them, whether its
 choice ended at the edge of its grid (``at_edge``: a search that may not have found its peak), and GRPO minus each
-arm paired. ``scripted``: the calibration strategies' success per environment. The README's map is rendered from
-this file (a test holds them together), so a study that lands or changes moves the map with it.
+arm paired, and its calibration rows (``scripted``: each strategy's success on the study's test tasks, averaged over
+its seeds). The top-level ``scripted``: the same per environment, over every seed any of its studies ran. The
+README's map is rendered from this file (a test holds them together), so a study that lands or changes moves the map
+with it.
 """
 
 from __future__ import annotations
@@ -55,23 +57,25 @@ def study_entry(env: str, regime: str, seeds: list[dict], success_key=None) -> d
                 d = d[success_key] if success_key else d
                 minus[key.removeprefix("grpo_minus_")] = {k: d[k] for k in ("mean", "ci_low", "ci_high")}
         out.append({"seed": s["seed"], "n": s["n"], "arms": arms, "grpo_minus": minus})
-    return {"env": env, "regime": regime, "metric": success_key or "success", "seeds": out}
+    return {"env": env, "regime": regime, "metric": success_key or "success", "seeds": out,
+            "scripted": scripted_means(seeds, success_key)}
 
 
 def scripted_means(seeds: list[dict], success_key=None) -> dict:
     """Each scripted strategy's success averaged over the seeds that recorded it (``success_key`` as in
-    :func:`study_entry`)."""
-    per_strategy: dict[str, list[float]] = {}
+    :func:`study_entry`), each seed counted once: a seed's split fixes its test tasks, so two regimes' studies of
+    one seed score a strategy on the same tasks."""
+    per_strategy: dict[str, dict[int, float]] = {}
     for s in seeds:
         for name, x in s.get("scripted", {}).items():
-            per_strategy.setdefault(name, []).append((x[success_key] if success_key else x)["mean"])
-    return {k: round(sum(v) / len(v), 4) for k, v in per_strategy.items()}
+            per_strategy.setdefault(name, {})[s["seed"]] = (x[success_key] if success_key else x)["mean"]
+    return {k: round(sum(v.values()) / len(v), 4) for k, v in per_strategy.items()}
 
 
 def build(results: Path = RESULTS) -> dict:
     from seed_systems import studies as seed_studies
 
-    studies, scripted = [], {}
+    studies, scripted, seeds_of = [], {}, {}
     path = results / "rl_vs_sft.json"
     if path.exists():
         rl = json.loads(path.read_text())
@@ -83,7 +87,9 @@ def build(results: Path = RESULTS) -> dict:
             if not e["seeds"]:
                 continue
             studies.append(study_entry(env, e["regime"], e["seeds"], "success"))
-            scripted.setdefault(env, scripted_means(e["seeds"], "success"))
+            seeds_of.setdefault(env, []).extend(e["seeds"])
+    for env, seeds in seeds_of.items():
+        scripted[env] = scripted_means(seeds, "success")
     path = results / "third_party_env.json"
     if path.exists():  # a game package's own class: its win rate is the success, its scripts the calibration rows
         tp = json.loads(path.read_text())
@@ -112,7 +118,7 @@ def markdown_table(out: dict) -> str:
             if ds:
                 above.append(f"`{arm}` {sum(d['ci_low'] > 0 for d in ds)}/{len(ds)}")
         cells.append(", ".join(above) or "—")
-        cells.append(", ".join(f"{k} {v:.3f}" for k, v in out["scripted"].get(st["env"], {}).items()) or "—")
+        cells.append(", ".join(f"{k} {v:.3f}" for k, v in st["scripted"].items()) or "—")
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 

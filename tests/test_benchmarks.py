@@ -272,6 +272,25 @@ def test_the_rl_vs_sft_map_is_built_from_the_studies_and_rendered_in_the_readme(
     assert map_table(committed) in (root / "README.md").read_text()
 
 
+def test_each_study_on_the_map_carries_the_calibration_rows_of_its_own_seeds(tmp_path):
+    """Two regimes of one environment: each row shows its seeds' scripted success (its test tasks), and the
+    environment's summary counts a seed shared by both regimes once."""
+    from rl_vs_sft_map import build, markdown_table
+
+    def seed(k: int, cheap: float) -> dict:
+        figure = {"success": {"mean": 0.5, "ci_low": 0.4, "ci_high": 0.6}}
+        return {"seed": k, "n": 200, "sft_best": figure, "grpo": figure,
+                "scripted": {"cheap": {"success": {"mean": cheap}}}}
+
+    (tmp_path / "seed_systems.json").write_text(json.dumps({"doc_search": {
+        "regime": "easy:64", "seeds": [seed(0, 0.7)], "also": {"cheap:64": {"regime": "cheap:64",
+                                                                           "seeds": [seed(0, 0.7), seed(1, 0.9)]}}}}))
+    out = build(tmp_path)
+    assert [s["scripted"]["cheap"] for s in out["studies"]] == [0.7, 0.8]
+    assert out["scripted"]["doc_search"]["cheap"] == 0.8
+    assert "| doc_search | `cheap:64` | 2 |" in markdown_table(out) and "cheap 0.800 |" in markdown_table(out)
+
+
 def test_every_result_table_in_the_readme_and_docs_is_its_json_rendered(capsys):
     """benchmarks/tables.py --check: each marked table equals its renderer's output over the committed JSON, and
     no result table sits outside a marker (typed by hand)."""
