@@ -61,7 +61,7 @@ def experiment(start: Path, setting: str, seed: int):
     from agentlab.compare import CompareConfig
 
     cfg = json.loads((start / "config.json").read_text())
-    study = CompareConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items()})
+    study = CompareConfig.of(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items()})  # flat names
     exp = replace(study.grpo, name=f"seed-lessons/{study.env}/{study.regime.replace(':', '-')}/{setting}/"
                   f"seed-{seed}", seed=seed,
                   steps=STEPS, eval_every=EVAL_EVERY)

@@ -216,6 +216,24 @@ def test_a_lesson_pairs_its_two_settings_over_seed_and_task():
     assert d["mean"] == 3 / 8 and 0 < d["ci_low"] <= d["mean"] <= d["ci_high"]
 
 
+def test_every_lesson_setting_builds_from_the_study_config_as_written(tmp_path):
+    """seed_lessons.experiment reads the study's ``config.json`` (flat names, lists for tuples, as
+    ``CompareConfig.to_config`` writes it through JSON) and changes just its setting's fields."""
+    from seed_lessons import SETTINGS, experiment
+    from seed_systems import STUDY
+
+    from agentlab.compare_config import CompareConfig
+
+    study = CompareConfig.from_text({"env": "doc_search", **STUDY["doc_search"], "regime": "cheap:64",
+                                     "grpo_steps": "12", "groups_per_step": "4", "eval_every": "4"})
+    (tmp_path / "config.json").write_text(json.dumps(study.to_config()))
+    built = {s: experiment(tmp_path, s, seed=1) for s in SETTINGS}
+    base = built["base"]
+    assert base.name == "seed-lessons/doc_search/cheap-64/base/seed-1" and base.seed == 1 and base.steps == 6
+    assert (base.lr, base.groups_per_step, base.reward) == (study.grpo.lr, 4, study.grpo.reward)
+    assert built["lr_x10"].lr == 10 * base.lr and built["few_groups"].groups_per_step == 1
+    assert built["f1"].reward.startswith("f1=") and built["f1"].max_turns == base.max_turns
+
 def test_a_regime_beside_the_study_is_kept_apart_and_rendered_with_its_name(tmp_path):
     """seed_systems.py: the study's own regime fills ``out[env]``; another (``--regime``) lands under ``also`` and
     neither overwrites the other; the table names each row's regime, and run folders differ by regime."""
