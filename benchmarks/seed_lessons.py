@@ -5,7 +5,8 @@
     python benchmarks/seed_lessons.py --gather-only         # rebuild the JSON from the run folders here
 
 Each lesson compares two settings that differ in one thing, from the same start (seed 0's ``sft_best`` of
-``benchmarks/seed_systems.py``), with everything else the study's GRPO settings:
+``benchmarks/seed_systems.py``'s study in the regime ``START`` names), with everything else that study's GRPO
+settings:
 
 =========  =====================================================================================================
 ``beta``   the reward's β: F4 (recall weighs 16x precision; the study's) against F1 — do recall, precision and
@@ -42,6 +43,9 @@ METRICS = ("f4", "f1", "precision", "recall", "curated", "success", "empty", "fi
 # One validation, of the last checkpoint (the one a lesson reads): on a CPU GRPO saves every step, so a stopped run
 # resumes where it stopped without a mid-run evaluation (~20 minutes of doc_search validation each).
 STEPS, EVAL_EVERY = 6, 6
+# The regime whose seed-0 sft_best the lessons start from: doc_search's `cheap:64` study (seed_systems.py --regime
+# cheap:64), the start GRPO trains from in docs/seed_systems.md; notebook 06 reads runs/seed-lessons/doc_search/cheap-64.
+START = {"doc_search": "cheap:64"}
 SETTINGS = {  # name -> the Experiment fields that differ from the study's GRPO experiment
     "base": {},
     "f1": {"reward": "f1=1,empty=-0.2"},
@@ -126,10 +130,11 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--gather-only", action="store_true")
     p.add_argument("--regime", default=None, help="start from that regime's seed-0 sft_best (seed_systems.py "
-                   "--regime) instead of the study's")
+                   "--regime) instead of START's")
     a = p.parse_args(argv)
+    regime = a.regime or START.get(a.env, STUDY[a.env]["regime"])
     carry_in()
-    start = runs_dir() / seed_name(a.env, a.regime or STUDY[a.env]["regime"], 0)
+    start = runs_dir() / seed_name(a.env, regime, 0)
     choice = start / "sft_best" / "choice.json"
     if not choice.exists():
         raise SystemExit(f"{choice} does not exist: run benchmarks/seed_systems.py --env {a.env} --seeds 0 first "
@@ -152,7 +157,7 @@ def main(argv=None) -> int:
     path = RESULTS / "seed_systems.json"
     out = json.loads(path.read_text()) if path.exists() else {}
     lessons = out.setdefault("lessons", {})
-    lessons["start"] = {"regime": a.regime or STUDY[a.env]["regime"], "adapter": f"{chosen['lr']:g} x {chosen['steps']}"}
+    lessons["start"] = {"regime": regime, "adapter": f"{chosen['lr']:g} x {chosen['steps']}"}
     for lesson in a.lessons:
         x, y = LESSONS[lesson]
         if set(runs[x]) & set(runs[y]):

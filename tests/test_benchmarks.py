@@ -234,6 +234,14 @@ def test_every_lesson_setting_builds_from_the_study_config_as_written(tmp_path):
     assert built["lr_x10"].lr == 10 * base.lr and built["few_groups"].groups_per_step == 1
     assert built["f1"].reward.startswith("f1=") and built["f1"].max_turns == base.max_turns
 
+
+def test_the_lessons_start_where_notebook_06_reads_them():
+    """seed_lessons.py's default start (the regime whose runs it makes) is the folder notebook 06 reads back."""
+    from seed_lessons import START
+
+    notebook = (Path(__file__).parent.parent / "notebooks/06_ablations.ipynb").read_text()
+    assert f"seed-lessons/doc_search/{START['doc_search'].replace(':', '-')}" in notebook
+
 def test_a_regime_beside_the_study_is_kept_apart_and_rendered_with_its_name(tmp_path):
     """seed_systems.py: the study's own regime fills ``out[env]``; another (``--regime``) lands under ``also`` and
     neither overwrites the other; the table names each row's regime, and run folders differ by regime."""
