@@ -80,7 +80,7 @@ def build(results: Path = RESULTS) -> dict:
     if path.exists():
         rl = json.loads(path.read_text())
         studies.append(study_entry(rl["env"], rl["regime"], rl["seeds"]))
-        scripted[rl["env"]] = scripted_means(rl["seeds"])
+        scripted[rl["env"]] = studies[-1]["scripted"]
     path = results / "seed_systems.json"
     if path.exists():
         for env, e in seed_studies(json.loads(path.read_text())):
@@ -96,7 +96,7 @@ def build(results: Path = RESULTS) -> dict:
         seeds = [{**s, **{arm: s[arm]["win"] for arm in ARMS if arm in s}} for s in tp["seeds"]]
         env = f"{tp['game']} ({tp['package']})"
         studies.append(study_entry(env, tp["regime"], seeds))
-        scripted[env] = scripted_means(seeds)
+        scripted[env] = studies[-1]["scripted"]
     return {"studies": studies, "scripted": scripted}
 
 

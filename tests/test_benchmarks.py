@@ -242,6 +242,7 @@ def test_the_lessons_start_where_notebook_06_reads_them():
     notebook = (Path(__file__).parent.parent / "notebooks/06_ablations.ipynb").read_text()
     assert f"seed-lessons/doc_search/{START['doc_search'].replace(':', '-')}" in notebook
 
+
 def test_a_regime_beside_the_study_is_kept_apart_and_rendered_with_its_name(tmp_path):
     """seed_systems.py: the study's own regime fills ``out[env]``; another (``--regime``) lands under ``also`` and
     neither overwrites the other; the table names each row's regime, and run folders differ by regime."""
