@@ -118,6 +118,45 @@ def lesson_entry(a: str, b: str, runs: dict) -> dict:
     return out
 
 
+# The table's columns: a metric, then how each setting reads it. `finished`: episodes that ended with a finish call.
+TABLE_METRICS = {"f4": "F4", "precision": "precision", "recall": "recall", "curated": "curated-set size",
+                 "success": "success", "finished": "finished"}
+
+
+def _last_entropy(setting: dict) -> str:
+    """A setting's policy entropy at its runs' last step, averaged over seeds."""
+    last = [s[-1] for s in setting["train"]["entropy"] if s and s[-1] is not None]
+    return f"{sum(last) / len(last):.3f}" if last else "—"
+
+
+def markdown_table(out: dict) -> str:
+    """docs/seed_systems.md's lessons table: per lesson, both settings' validation figures pooled over the seeds both
+    finished (``a → b``), the paired ``b − a`` (bold where its 95% CI excludes 0), and the last step's entropy."""
+    lessons = out.get("lessons", {})
+    done = [name for name in LESSONS if name in lessons]
+    if not done:
+        return "*No lesson has finished a seed yet: `python benchmarks/seed_lessons.py` writes them.*"
+    start = lessons.get("start", {})
+    rows = [(f"*From `{start.get('regime', '?')}` seed 0's `sft_best` (lr {start.get('adapter', '?')} steps), "
+             f"{STEPS} GRPO steps a run, each run's last checkpoint greedy on the study's validation tasks; "
+             "a → b pooled over (seed, task), b − a paired on the same tasks (bold: 95% CI excludes 0).*"), "",
+            "| lesson | a → b | seeds | " + " | ".join(TABLE_METRICS.values()) + " | entropy, last step |",
+            "|" + "---|" * (4 + len(TABLE_METRICS))]
+    for name in done:
+        e = lessons[name]
+        a, b = LESSONS[name]
+        d = e[f"{b}_minus_{a}"]
+        cells = []
+        for m in TABLE_METRICS:
+            diff = f"{d[m]['mean']:+.3f} [{d[m]['ci_low']:+.3f}, {d[m]['ci_high']:+.3f}]"
+            excludes = d[m]["ci_low"] > 0 or d[m]["ci_high"] < 0
+            cells.append(f"{e[a][m]['mean']:.3f} → {e[b][m]['mean']:.3f}; {'**' + diff + '**' if excludes else diff}")
+
+        rows.append(f"| {name} | `{a}` → `{b}` | {', '.join(map(str, e['seeds']))} | " + " | ".join(cells)
+                    + f" | {_last_entropy(e[a])} → {_last_entropy(e[b])} |")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> int:
     from agentlab.compare import search_validation
     from agentlab.paths import runs_dir
@@ -145,8 +184,8 @@ def main(argv=None) -> int:
     train, val = load_tasks(start / "tasks" / "train.jsonl"), load_tasks(start / "tasks" / "validation.jsonl")
     settings = list(dict.fromkeys(s for lesson in a.lessons for s in LESSONS[lesson]))
     runs: dict[str, dict[int, dict]] = {s: {} for s in settings}
-    for setting in settings:
-        for seed in a.seeds:
+    for seed in a.seeds:  # seed-major: each finished seed completes every lesson's pair, read before the next starts
+        for setting in settings:
             exp = experiment(start, setting, seed)
             folder = runs_dir() / exp.name
             if not a.gather_only and not (folder / "DONE").exists():

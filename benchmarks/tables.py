@@ -223,6 +223,7 @@ BY_SCRIPT = {"rl_vs_sft": ("rl_vs_sft", "markdown_table", "rl_vs_sft.json"),
              "rl_vs_sft_calibration": ("rl_vs_sft", "calibration_table", "rl_vs_sft.json"),
              "rl_vs_sft_map": ("rl_vs_sft_map", "markdown_table", "rl_vs_sft_map.json"),
              "seed_systems": ("seed_systems", "markdown_table", "seed_systems.json"),
+             "seed_lessons": ("seed_lessons", "markdown_table", "seed_systems.json"),
              "engine_agreement": ("engine_agreement", "markdown_table", "engine_agreement.json"),
              "third_party_env": ("third_party_env", "markdown_table", "third_party_env.json"),
              "pass_at_k": ("pass_at_k", "markdown_table", "pass_at_k.json")}

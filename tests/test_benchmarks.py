@@ -216,6 +216,26 @@ def test_a_lesson_pairs_its_two_settings_over_seed_and_task():
     assert d["mean"] == 3 / 8 and 0 < d["ci_low"] <= d["mean"] <= d["ci_high"]
 
 
+def test_the_lessons_table_renders_each_finished_lesson_from_the_json():
+    """Only lessons in the JSON get a row, in LESSONS' order, with both settings' pooled means, the paired difference
+    (bold only where its CI excludes 0) and each setting's mean last-step entropy."""
+    from seed_lessons import METRICS, lesson_entry, markdown_table
+
+    def run(values, entropy):
+        return {"per_task": {f"t{i}": dict.fromkeys(METRICS, v) for i, v in enumerate(values)},
+                "train": {"entropy": [0.9, entropy], "zero_variance_groups": [0.0, 0.0]}}
+
+    runs = {"base": {0: run([0.0] * 8, 0.5)}, "lr_x10": {0: run([1.0] * 8, 0.1)}, "few_groups": {0: run([0.0] * 8, 0.5)}}
+    assert markdown_table({}).startswith("*No lesson")
+    table = markdown_table({"lessons": {"start": {"regime": "cheap:64", "adapter": "0.001 x 32"},
+                                        "batch": lesson_entry("few_groups", "base", runs),
+                                        "lr": lesson_entry("base", "lr_x10", runs)}})
+    rows = [line for line in table.splitlines() if line.startswith("| ")][1:]
+    assert [r.split(" | ")[0] for r in rows] == ["| lr", "| batch"] and "cheap:64" in table and "beta" not in table
+    assert "0.000 → 1.000; **+1.000 [+1.000, +1.000]**" in rows[0] and rows[0].endswith("| 0.500 → 0.100 |")
+    assert "0.000 → 0.000; +0.000 [+0.000, +0.000] |" in rows[1] and "**" not in rows[1]
+
+
 def test_every_lesson_setting_builds_from_the_study_config_as_written(tmp_path):
     """seed_lessons.experiment reads the study's ``config.json`` (flat names, lists for tuples, as
     ``CompareConfig.to_config`` writes it through JSON) and changes just its setting's fields."""
