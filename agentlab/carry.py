@@ -27,7 +27,7 @@ from pathlib import Path
 
 from agentlab.runs import RunDir
 
-__all__ = ["add_commands", "carried", "pack", "unpack"]
+__all__ = ["add_commands", "carried", "pack", "records", "unpack"]
 
 ADAPTER_CONFIG = "adapter_config.json"
 OPTIMISER_STATE = ("optimizer.pt", "scheduler.pt", "scaler.pt")  # and rng_state*.pth: what only a resume reads
@@ -91,9 +91,21 @@ def carried(run: str | Path) -> list[Path]:
     return sorted(out)
 
 
-def pack(run: str | Path, to: str | Path, name: str | None = None) -> Path:
-    """Copy what a resume of ``run`` needs (:func:`carried`) to ``to/<name>`` (default: the run's path under
-    ``runs_dir()``, else its folder name), replacing an earlier pack of it whole; the destination folder."""
+def records(run: str | Path) -> list[Path]:
+    """Of :func:`carried`, the records only: no adapter, no checkpoint — what reading a finished run back needs (its
+    configs, metrics, rollouts and evaluations), not evaluating its policy again. A ~20 MB adapter a run is ~80% of
+    a short GRPO run's pack: the seed lessons' runs, which are only read back, travel this way."""
+    run = Path(run).resolve()
+    if not RunDir(run).finished:
+        raise ValueError(f"{run} has not finished: a pack without its checkpoints could not resume it")
+    units = {p.parent.relative_to(run) for p in run.rglob(ADAPTER_CONFIG)}
+    return [f for f in carried(run) if f.parent not in units and "checkpoints" not in f.parts]
+
+
+def pack(run: str | Path, to: str | Path, name: str | None = None, records_only: bool = False) -> Path:
+    """Copy what a resume of ``run`` needs (:func:`carried`; with ``records_only``, :func:`records`) to
+    ``to/<name>`` (default: the run's path under ``runs_dir()``, else its folder name), replacing an earlier pack of
+    it whole; the destination folder."""
     from agentlab.paths import runs_dir
 
     run = RunDir(run).path.resolve()
@@ -101,7 +113,7 @@ def pack(run: str | Path, to: str | Path, name: str | None = None) -> Path:
         root = runs_dir().resolve()
         name = str(run.relative_to(root)) if run.is_relative_to(root) else run.name
     dest = Path(to) / name
-    files = carried(run)
+    files = records(run) if records_only else carried(run)
     staging = dest.with_name(dest.name + ".packing")
     shutil.rmtree(staging, ignore_errors=True)
     for rel in files:
@@ -141,7 +153,7 @@ def add_commands(sub) -> None:
     from agentlab.paths import shown
 
     def pack_command(a) -> int:
-        files = [f for f in pack(a.run, a.to).rglob("*") if f.is_file() and f.name != "CARRIED"]
+        files = [f for f in pack(a.run, a.to, records_only=a.records).rglob("*") if f.is_file() and f.name != "CARRIED"]
         print(f"{len(files)} files, {sum(f.stat().st_size for f in files) / 1e6:.1f} MB -> {shown(Path(a.to))} "
               f"(agentlab unpack {shown(Path(a.to))} puts it back under runs/)")
         return 0
@@ -158,6 +170,8 @@ def add_commands(sub) -> None:
                        "another folder: to carry it to another machine")
     p.add_argument("run", help="a run folder: a name under runs/ or a path")
     p.add_argument("--to", required=True, metavar="DIR", help="the run lands in DIR/<its name under runs/>")
+    p.add_argument("--records", action="store_true", help="a finished run's records only (configs, metrics, rollouts, "
+                   "evaluations): no adapter or checkpoint, for a run that is read back, never evaluated again")
     p.set_defaults(func=pack_command)
     p = sub.add_parser("unpack", help="put every run packed under a folder back under runs/ (never over a run there)")
     p.add_argument("carry", metavar="DIR")

@@ -25,6 +25,7 @@ checkpoint is evaluated greedily on the same validation tasks (the study's, ≥ 
 metrics pooled over seeds (mean and 95% bootstrap CI over (seed, task) pairs), per-seed means, the difference paired
 over (seed, task), and the training side (policy entropy, zero-variance groups). Writes the ``lessons`` entry of
 ``benchmarks/results/seed_systems.json``. A lesson that does not reproduce is reported as such, with its numbers.
+A finished run travels as its records (``agentlab pack RUN --to benchmarks/carry --records``: ~8 MB, no adapter).
 """
 
 from __future__ import annotations

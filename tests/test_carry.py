@@ -139,3 +139,25 @@ def test_the_pack_and_unpack_commands(tmp_path, monkeypatch, capsys):
     assert "seed-0: unpacked" in capsys.readouterr().out
     assert main(["unpack", str(tmp_path / "empty")]) == 2  # nothing packed there: one clear line, no traceback
     assert "no packed run under" in capsys.readouterr().err
+
+
+def test_a_records_pack_of_a_finished_run_drops_every_adapter_and_checkpoint(tmp_path, monkeypatch, capsys):
+    """``--records``: a finished GRPO run's configs, metrics, rollouts and evaluations, without its final adapter or
+    checkpoints; an unfinished run is refused (without its checkpoint it could not resume), nothing written."""
+    from agentlab.cli import main
+
+    monkeypatch.setenv("AGENTLAB_RUNS", str(tmp_path / "runs"))
+    run = tmp_path / "runs" / "lesson"
+    _files(run, ".", ("config.json", "metrics.jsonl", "rollouts.jsonl", "evals/step-0006.json"))
+    _files(run, "checkpoints/checkpoint-6", ADAPTER + TRAINER)
+    _files(run, "adapter", ADAPTER)
+    with pytest.raises(ValueError, match="has not finished"):
+        pack("lesson", tmp_path / "carry", records_only=True)
+    assert not (tmp_path / "carry").exists()
+    (run / "DONE").write_text("")
+    assert main(["pack", "lesson", "--to", str(tmp_path / "carry"), "--records"]) == 0
+    assert "5 files" in capsys.readouterr().out
+    dest = tmp_path / "carry" / "lesson"
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == [
+        "CARRIED", "DONE", "config.json", "evals/step-0006.json", "metrics.jsonl", "rollouts.jsonl"]
+    assert any("adapter" in p.as_posix() for p in carried(run))  # the default pack keeps the final adapter
