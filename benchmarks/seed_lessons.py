@@ -119,9 +119,14 @@ def lesson_entry(a: str, b: str, runs: dict) -> dict:
     return out
 
 
-# The table's columns: a metric, then how each setting reads it. `finished`: episodes that ended with a finish call.
+# The table's metric columns: METRICS key -> header. `finished`: the share of episodes that ended with a finish call.
 TABLE_METRICS = {"f4": "F4", "precision": "precision", "recall": "recall", "curated": "curated-set size",
                  "success": "success", "finished": "finished"}
+
+
+def _paired(x: dict) -> str:
+    """A paired difference as ``+mean [low, high]``."""
+    return f"{x['mean']:+.3f} [{x['ci_low']:+.3f}, {x['ci_high']:+.3f}]"
 
 
 def _last_entropy(setting: dict) -> str:
@@ -149,10 +154,9 @@ def markdown_table(out: dict) -> str:
         d = e[f"{b}_minus_{a}"]
         cells = []
         for m in TABLE_METRICS:
-            diff = f"{d[m]['mean']:+.3f} [{d[m]['ci_low']:+.3f}, {d[m]['ci_high']:+.3f}]"
+            diff = _paired(d[m])
             excludes = d[m]["ci_low"] > 0 or d[m]["ci_high"] < 0
             cells.append(f"{e[a][m]['mean']:.3f} → {e[b][m]['mean']:.3f}; {'**' + diff + '**' if excludes else diff}")
-
         rows.append(f"| {name} | `{a}` → `{b}` | {', '.join(map(str, e['seeds']))} | " + " | ".join(cells)
                     + f" | {_last_entropy(e[a])} → {_last_entropy(e[b])} |")
     return "\n".join(rows)
@@ -204,8 +208,7 @@ def main(argv=None) -> int:
             lessons[lesson] = lesson_entry(x, y, runs)
             d = lessons[lesson][f"{y}_minus_{x}"]
             print(f"{lesson}: {y} − {x} over seeds {lessons[lesson]['seeds']}: "
-                  + ", ".join(f"{m} {d[m]['mean']:+.3f} [{d[m]['ci_low']:+.3f}, {d[m]['ci_high']:+.3f}]"
-                              for m in METRICS))
+                  + ", ".join(f"{m} {_paired(d[m])}" for m in METRICS))
     print(f"-> {write_result('seed_systems.json', out)}")
     return 0
 
