@@ -3,6 +3,7 @@
     python benchmarks/seed_lessons.py                       # every lesson, seeds 0 1 2 (hours on 2 cores: resumable)
     python benchmarks/seed_lessons.py --lessons lr --seeds 0
     python benchmarks/seed_lessons.py --gather-only         # rebuild the JSON from the run folders here
+    python benchmarks/seed_lessons.py --seeds 2 --only lr_x10 few_groups   # only these runs (the rest read back)
 
 Each lesson compares two settings that differ in one thing, from the same start (seed 0's ``sft_best`` of
 ``benchmarks/seed_systems.py``'s study in the regime ``START`` names), with everything else that study's GRPO
@@ -76,8 +77,31 @@ def experiment(start: Path, setting: str, seed: int):
     return replace(exp, **diff)
 
 
+def log_session(run: Path, started: str | None = None) -> None:
+    """One line in the run's ``sessions.jsonl`` per start: when, the GRPO steps already done, and the machine (CPU
+    class, the precision ``auto`` resolved to, commit). A lesson's seeds run on whatever machine a session has (bf16
+    on AMX, fp32 on AVX2-only CPUs); this says which ran where."""
+    from datetime import UTC, datetime
+
+    from agentlab.machine import describe
+    from agentlab.runs import RunDir
+
+    machine = describe()
+    run.mkdir(parents=True, exist_ok=True)
+    RunDir(run).append(run / "sessions.jsonl", {
+        "started": started or datetime.now(UTC).isoformat(timespec="seconds"),
+        "steps_before": len(RunDir(run).checkpoints()), **{k: machine[k] for k in ("cpu_class", "precision", "commit")}})
+
+
+def machines(run: Path) -> list[str]:
+    """The distinct ``cpu_class/precision`` a run's sessions ran on, in order (empty: unrecorded)."""
+    path = run / "sessions.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return list(dict.fromkeys(f"{r['cpu_class']}/{r['precision']}" for r in rows))
+
+
 def run_metrics(run: Path) -> dict:
-    """A finished run's last validation checkpoint (per-task metrics) and its training side."""
+    """A finished run's last validation checkpoint (per-task metrics), its training side and its machines."""
     from agentlab.evals import read_rollouts
     from agentlab.runs import RunDir
 
@@ -89,7 +113,7 @@ def run_metrics(run: Path) -> dict:
                 for ep in episodes}
     steps = r.metrics()
     train = {k: [s.get(k) for s in steps] for k in ("entropy", "zero_variance_groups", "reward_mean")}
-    return {"step": last, "per_task": per_task, "train": train}
+    return {"step": last, "per_task": per_task, "train": train, "machines": machines(run)}
 
 
 def pooled(values: list[float]) -> dict:
@@ -109,6 +133,7 @@ def lesson_entry(a: str, b: str, runs: dict) -> dict:
         out[name]["per_seed"] = {m: [round(sum(t[m] for t in runs[name][s]["per_task"].values())
                                            / len(runs[name][s]["per_task"]), 4) for s in seeds] for m in METRICS}
         out[name]["train"] = {k: [runs[name][s]["train"][k] for s in seeds] for k in ("entropy", "zero_variance_groups")}
+        out[name]["machines"] = [runs[name][s].get("machines", []) for s in seeds]  # per seed; [] where unrecorded
     diff = {}
     for m in METRICS:
         pairs = [(runs[a][s]["per_task"][t][m], runs[b][s]["per_task"][t][m])
@@ -173,6 +198,8 @@ def main(argv=None) -> int:
     p.add_argument("--lessons", nargs="+", default=list(LESSONS), choices=list(LESSONS))
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--gather-only", action="store_true")
+    p.add_argument("--only", nargs="+", default=None, choices=list(SETTINGS), metavar="SETTING",
+                   help="run only these settings (the rest are read back where finished): fit a session's hours")
     p.add_argument("--regime", default=None, help="start from that regime's seed-0 sft_best (seed_systems.py "
                    "--regime) instead of START's")
     a = p.parse_args(argv)
@@ -193,8 +220,9 @@ def main(argv=None) -> int:
         for setting in settings:
             exp = experiment(start, setting, seed)
             folder = runs_dir() / exp.name
-            if not a.gather_only and not (folder / "DONE").exists():
+            if not a.gather_only and (a.only is None or setting in a.only) and not (folder / "DONE").exists():
                 print(f"[{setting} seed {seed}] {STEPS} GRPO steps from {adapter.parent.name}/{adapter.name}", flush=True)
+                log_session(folder)
                 run_grpo(exp, train, val, init_adapter=adapter, start_eval=scored)
             if (folder / "DONE").exists():
                 runs[setting][seed] = run_metrics(folder)

@@ -216,6 +216,27 @@ def test_a_lesson_pairs_its_two_settings_over_seed_and_task():
     assert d["mean"] == 3 / 8 and 0 < d["ci_low"] <= d["mean"] <= d["ci_high"]
 
 
+def test_a_lesson_run_records_the_machine_each_of_its_sessions_ran_on(tmp_path):
+    """seed_lessons.log_session: one line per start with the steps already done (complete checkpoints only) and the
+    machine; ``machines`` lists the distinct ones in order, and a run that never logged one reads as unrecorded."""
+    from seed_lessons import log_session, machines
+
+    from agentlab.machine import cpu_class
+    from agentlab.precision import resolve
+
+    run = tmp_path / "lr_x10" / "seed-2"
+    assert machines(run) == []
+    log_session(run, started="2026-12-06T03:33:00+00:00")
+    done = run / "checkpoints" / "checkpoint-3"
+    done.mkdir(parents=True)
+    (done / "trainer_state.json").write_text("{}")
+    (run / "checkpoints" / "checkpoint-4").mkdir()  # torn: no trainer_state.json
+    log_session(run)
+    rows = [json.loads(line) for line in (run / "sessions.jsonl").read_text().splitlines()]
+    assert [r["steps_before"] for r in rows] == [0, 1] and rows[0]["started"] == "2026-12-06T03:33:00+00:00"
+    assert machines(run) == [f"{cpu_class()}/{resolve('auto')}"]
+
+
 def test_the_lessons_table_renders_each_finished_lesson_from_the_json():
     """Only lessons in the JSON get a row, in LESSONS' order, with both settings' pooled means, the paired difference
     (bold only where its CI excludes 0) and each setting's mean last-step entropy."""
