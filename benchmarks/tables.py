@@ -82,7 +82,21 @@ def quickstart() -> str:
         rows += ["", (f"GRPO's row is one seed. The same stage from the same start on seeds {', '.join(spread['seeds'])} "
                       f"ended at validation {' / '.join(f'{v:.2f}' for v in spread['seeds'].values())} (from "
                       f"{spread['start']:.2f}; `{spread['source']}`, {spread['machine']}).")]
-    return "\n".join(rows)
+    return "\n".join(rows + [line for other in sorted(RESULTS.glob("quickstart_*.json"))
+                              if (line := quickstart_elsewhere(r, json.loads(other.read_text()), other.name))])
+
+
+def quickstart_elsewhere(ref: dict, r: dict, name: str) -> str:
+    """A line under the quickstart table for the same command run on another machine class (``quickstart_<class>.json``,
+    that run's ``report.json``): its minutes, what it chose, and its rows beside the table's. Numerics differ with
+    the precision (bf16 against fp32), so the same seed need not land on the same figures."""
+    if r["config"] != ref["config"]:
+        return ""  # another configuration: not the same command
+    rows = " / ".join(f"{r[k]['success']:.3f}" for k in ("base", "sft", "sft_matched", "grpo"))
+    return (f"\n\nThe same command on {_machine(r['machine'])} (commit {r['machine'].get('commit', '?')}, `{name}`): "
+            f"{r['total_s'] / 60:.0f} min of stages against the table's {ref['total_s'] / 60:.0f}; SFT chose lr "
+            f"{r['sft']['lr']:g} × {r['sft']['steps']} steps, GRPO checkpoint {r['grpo']['step']}; test success base / "
+            f"SFT / SFT continued / GRPO {rows}, GRPO − SFT {_diff(r['grpo_minus_sft'])}.")
 
 
 def rl_vs_sft_seed0() -> str:
