@@ -90,8 +90,8 @@ def quickstart_elsewhere(ref: dict, r: dict, name: str) -> str:
     """A line under the quickstart table for the same command run on another machine class (``quickstart_<class>.json``,
     that run's ``report.json``): its minutes, what it chose, and its rows beside the table's. Numerics differ with
     the precision (bf16 against fp32), so the same seed need not land on the same figures."""
-    if r["config"] != ref["config"]:
-        return ""  # another configuration: not the same command
+    if r.get("config") != ref["config"]:
+        return ""  # another configuration (or not a quickstart report): not the same command
     rows = " / ".join(f"{r[k]['success']:.3f}" for k in ("base", "sft", "sft_matched", "grpo"))
     return (f"\n\nThe same command on {_machine(r['machine'])} (commit {r['machine'].get('commit', '?')}, `{name}`): "
             f"{r['total_s'] / 60:.0f} min of stages against the table's {ref['total_s'] / 60:.0f}; SFT chose lr "
