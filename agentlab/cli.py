@@ -7,7 +7,8 @@ Each subcommand is a thin wrapper over a library call, so everything here can al
     agentlab train --env lookup --name grpo-lookup --init-adapter runs/sft-lookup/adapter
     agentlab sweep --name lr-sweep --init-adapter runs/sft-lookup/adapter --lr 5e-5,1e-4,2e-4,5e-4,1e-3
     agentlab eval --env lookup --adapter runs/grpo-lookup/adapter --n 100
-    agentlab quickstart                     # compare on lookup in miniature: runs/quickstart/report.{json,png}
+    agentlab quickstart                               # compare on lookup in miniature, with the base model:
+                                                      # runs/quickstart/report.{json,png}
     agentlab compare --env product_finder --regime cheap:64   # does GRPO beat tuned SFT, matched SFT and RFT?
 """
 
@@ -21,7 +22,6 @@ import sys
 from pathlib import Path
 
 from agentlab.engines import BACKENDS
-from agentlab.notebook import quiet_libraries
 from agentlab.paths import shown
 from agentlab.pipeline import evaluate, load_split, print_summary, synth, tasks_dir, tasks_of
 
@@ -260,9 +260,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="does RL beat SFT here? GRPO vs tuned SFT, compute-matched SFT and RFT")
     for name, default in CompareConfig.flat_defaults().items():
         flag = "--" + name.replace("_", "-")
-        many = isinstance(default, tuple)  # comma-separated values, parsed by CompareConfig.from_text
-        p.add_argument(flag, type=None if many else default_type(default), default=None,
-                       help=f"comma-separated, default {','.join(map(str, default))}" if many else f"default {default}")
+        if isinstance(default, tuple):
+            p.add_argument(flag, default=None, help=f"comma-separated, default {','.join(map(str, default))}")
+        else:
+            p.add_argument(flag, type=default_type(default), default=None, help=f"default {default}")
     p.add_argument("--arms", default=None, help=f"comma-separated subset of {','.join(ARMS)} (default: every arm the environment can run)")
     _add_trl_class_args(p)
     p.add_argument("--smoke", action="store_true", help="tiny model and sizes (about a minute; for CI)")
@@ -380,7 +381,6 @@ def main(argv: list[str] | None = None) -> int:
     from agentlab.train import TrainingDiverged
 
     args = build_parser().parse_args(argv)
-    quiet_libraries()  # the libraries' deprecation notices and bars are not the user's business; ours stay
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError, RunExistsError, ModelLoadError, TrainingDiverged) as exc:  # one clear line

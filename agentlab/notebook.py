@@ -17,20 +17,17 @@ import json
 import os
 import random
 import re
-import sys
 import warnings
 from datetime import date, datetime
 from pathlib import Path
 
-LIBRARY_ENV = {
+QUIET_ENV = {
     "TRANSFORMERS_VERBOSITY": "error",           # transformers' info/warning logs
     "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",    # datasets' map/filter bars (SFTTrainer's tokenising)
-    "HF_HUB_DISABLE_PROGRESS_BARS": "1",         # transformers' weight-loading bars read this switch at import
     "TOKENIZERS_PARALLELISM": "false",           # the fork warning of tokenizers
     "TRL_EXPERIMENTAL_SILENCE": "1",             # TRL's own switch for its experimental-feature notices
+    "AGENTLAB_NOTEBOOK": "1",                    # an SFT run prints one summary line instead of the Trainer's bar
 }
-QUIET_ENV = {**LIBRARY_ENV,
-             "AGENTLAB_NOTEBOOK": "1"}           # an SFT run prints one summary line instead of the Trainer's bar
 QUIET_WARNINGS = (  # (category, module regex, message regex): only the libraries' notices, never ours
     (FutureWarning, r"(transformers|trl|torch|peft|accelerate)(\.|$)", ""),
     (DeprecationWarning, r"(transformers|trl|torch|peft|accelerate)(\.|$)", ""),
@@ -38,26 +35,13 @@ QUIET_WARNINGS = (  # (category, module regex, message regex): only the librarie
 )
 
 
-def quiet_libraries() -> None:
-    """The libraries' deprecation and experimental-feature notices and their loading bars off, ours untouched: the
-    notebooks' setup and every ``agentlab`` command (a terminal shows them as lines with site-packages paths). Cheap
-    before transformers is imported (its switches are read at import); after, its logging is set directly."""
-    for key, value in LIBRARY_ENV.items():
-        os.environ.setdefault(key, value)
-    for category, module, message in QUIET_WARNINGS:
-        warnings.filterwarnings("ignore", message=message, category=category, module=module)
-    if "transformers" in sys.modules:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()  # "Loading weights: 0/272"
-
-
 def setup_notebook(seed: int | None = 0) -> None:
     """Quiet the libraries' notices and bars (see the module docstring) and seed Python's and numpy's generators
     (``None``: leave them). Safe to call again."""
-    quiet_libraries()
-    os.environ.setdefault("AGENTLAB_NOTEBOOK", "1")
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    for category, module, message in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category, module=module)
     try:
         from transformers.utils import logging as hf_logging
     except ImportError:
