@@ -86,18 +86,18 @@ def log_session(run: Path, started: str | None = None) -> None:
     from agentlab.machine import describe
     from agentlab.runs import RunDir
 
-    machine = describe()
+    machine, folder = describe(), RunDir(run)
     run.mkdir(parents=True, exist_ok=True)
-    RunDir(run).append(run / "sessions.jsonl", {
+    folder.append(run / "sessions.jsonl", {
         "started": started or datetime.now(UTC).isoformat(timespec="seconds"),
-        "steps_before": len(RunDir(run).checkpoints()), **{k: machine[k] for k in ("cpu_class", "precision", "commit")}})
+        "steps_before": len(folder.checkpoints()), **{k: machine[k] for k in ("cpu_class", "precision", "commit")}})
 
 
 def machines(run: Path) -> list[str]:
     """The distinct ``cpu_class/precision`` a run's sessions ran on, in order (empty: unrecorded)."""
-    path = run / "sessions.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    return list(dict.fromkeys(f"{r['cpu_class']}/{r['precision']}" for r in rows))
+    from agentlab.runs import read_jsonl
+
+    return list(dict.fromkeys(f"{r['cpu_class']}/{r['precision']}" for r in read_jsonl(run / "sessions.jsonl")[0]))
 
 
 def run_metrics(run: Path) -> dict:

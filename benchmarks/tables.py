@@ -83,7 +83,7 @@ def quickstart() -> str:
                       f"ended at validation {' / '.join(f'{v:.2f}' for v in spread['seeds'].values())} (from "
                       f"{spread['start']:.2f}; `{spread['source']}`, {spread['machine']}).")]
     return "\n".join(rows + [line for other in sorted(RESULTS.glob("quickstart_*.json"))
-                              if (line := quickstart_elsewhere(r, json.loads(other.read_text()), other.name))])
+                              if (line := quickstart_elsewhere(r, _read(other.name), other.name))])
 
 
 def quickstart_elsewhere(ref: dict, r: dict, name: str) -> str:
