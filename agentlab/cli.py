@@ -7,8 +7,7 @@ Each subcommand is a thin wrapper over a library call, so everything here can al
     agentlab train --env lookup --name grpo-lookup --init-adapter runs/sft-lookup/adapter
     agentlab sweep --name lr-sweep --init-adapter runs/sft-lookup/adapter --lr 5e-5,1e-4,2e-4,5e-4,1e-3
     agentlab eval --env lookup --adapter runs/grpo-lookup/adapter --n 100
-    agentlab quickstart                               # compare on lookup in miniature, with the base model:
-                                                      # runs/quickstart/report.{json,png}
+    agentlab quickstart                     # compare on lookup in miniature: runs/quickstart/report.{json,png}
     agentlab compare --env product_finder --regime cheap:64   # does GRPO beat tuned SFT, matched SFT and RFT?
 """
 
@@ -24,6 +23,7 @@ from pathlib import Path
 from agentlab.engines import BACKENDS
 from agentlab.paths import shown
 from agentlab.pipeline import evaluate, load_split, print_summary, synth, tasks_dir, tasks_of
+from agentlab.quiet import quiet_libraries
 
 __all__ = ["build_parser", "evaluate", "load_split", "main", "print_summary", "synth", "tasks_dir"]  # notebooks' names
 
@@ -255,15 +255,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_quickstart)
 
     from agentlab.compare import ARMS, CompareConfig
-    from agentlab.fields import default_type, field_type
+    from agentlab.fields import flag_type
 
     p = sub.add_parser("compare", help="does RL beat SFT here? GRPO vs tuned SFT, compute-matched SFT and RFT")
     for name, default in CompareConfig.flat_defaults().items():
         flag = "--" + name.replace("_", "-")
-        if isinstance(default, tuple):
-            p.add_argument(flag, default=None, help=f"comma-separated, default {','.join(map(str, default))}")
-        else:
-            p.add_argument(flag, type=default_type(default), default=None, help=f"default {default}")
+        many = isinstance(default, tuple)  # comma-separated values, parsed by CompareConfig.from_text
+        p.add_argument(flag, type=None if many else flag_type(default), default=None,
+                       help=f"comma-separated, default {','.join(map(str, default))}" if many else f"default {default}")
     p.add_argument("--arms", default=None, help=f"comma-separated subset of {','.join(ARMS)} (default: every arm the environment can run)")
     _add_trl_class_args(p)
     p.add_argument("--smoke", action="store_true", help="tiny model and sizes (about a minute; for CI)")
@@ -317,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(flag, default=None, choices=LOSS_TYPES if f.name == "loss_type" else SCALE_REWARDS,
                            help=f"default {f.default} (passed to TRL's GRPOConfig)")
         else:
-            p.add_argument(flag, type=field_type(f), default=None, help=f"default {f.default}")
+            p.add_argument(flag, type=flag_type(f.default), default=None, help=f"default {f.default}")
     _add_trl_class_args(p)
     p.add_argument("--init-adapter", default=None, help="start from this LoRA adapter (e.g. the SFT one)")
     p.add_argument("--eval-split", default="validation", choices=["validation", "test"],
@@ -381,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     from agentlab.train import TrainingDiverged
 
     args = build_parser().parse_args(argv)
+    quiet_libraries()  # the libraries' deprecation notices and bars are not the user's business; ours stay
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError, RunExistsError, ModelLoadError, TrainingDiverged) as exc:  # one clear line

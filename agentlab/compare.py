@@ -75,17 +75,11 @@ class Comparison:
         return self.clock.timed(key, fn, *args, **kwargs)
 
     def log_session(self) -> None:
-        """One line in ``sessions.jsonl`` per start of the comparison: when, on what machine (CPU class, precision,
-        commit) and which timed stages were done before it. A study carried across sessions (``agentlab.carry``)
-        may run its stages on different machines; this says which ran where."""
-        from datetime import UTC, datetime
+        """One line in ``sessions.jsonl`` per start of the comparison (:func:`agentlab.machine.session_line`), with
+        the timed stages done before it."""
+        from agentlab.machine import session_line
 
-        from agentlab.machine import describe
-
-        machine = describe()
-        self.run.append(self.run.path / "sessions.jsonl", {
-            "started": datetime.now(UTC).isoformat(timespec="seconds"), "done_before": sorted(self.seconds),
-            **{k: machine.get(k) for k in ("cpu_class", "precision", "commit")}})
+        self.run.append(self.run.path / "sessions.jsonl", session_line(done_before=sorted(self.seconds)))
 
     def _tried(self, point: dict) -> None:
         """Record a setting and its validation figure (``tried.json``, rewritten as the comparison goes); a point

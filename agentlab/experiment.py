@@ -62,6 +62,8 @@ class Experiment:
     loss_type: str = "dapo"       # TRL's GRPO loss variants (LOSS_TYPES); "dapo" is TRL's default
     scale_rewards: str = "group"  # divide advantages by the group's std ("group"), the batch's, or not ("none")
     max_nonfinite: int = 3        # updates with non-finite gradients are skipped; this many in a row stop the run
+    skip_zero_signal: bool = False  # a step whose gradient is exactly 0 (every group zero-variance) leaves AdamW alone
+                                  # instead of moving the adapter on momentum (agentlab.update_guard); off: TRL's way
     rollout_backend: str = "torch"  # CPU decoding of rollouts and checkpoint evals: "torch", "llama_cpp", "auto"
     max_staleness: int = 0        # 0: generate, then train (synchronous); K: a worker generates ahead, groups at
                                   # most K policy versions old (agentlab.async_rollouts); GPUs: TRL's async trainer

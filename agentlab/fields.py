@@ -30,8 +30,35 @@ def field_type(f: dataclasses.Field) -> type:
     return default_type(f.default)
 
 
+def flag_type(default):
+    """What argparse parses a config field's flag with, from the field's default: its type; true/false for a switch."""
+    return _boolean if default_type(default) is bool else default_type(default)
+
+
+_BOOLS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
+def _boolean(raw: str) -> bool:
+    """A switch's value from text (``bool("false")`` is ``True``, so not ``bool``)."""
+    try:
+        return _BOOLS[str(raw).strip().lower()]
+    except KeyError:
+        raise ValueError(raw) from None
+
+
+_boolean.__name__ = "bool (true/false)"
+
+
 def parse_value(name: str, raw: str, kind: type, many: bool = False):
-    """``raw`` as one ``kind`` value or, with ``many``, a tuple of its comma-separated values."""
+    """``raw`` as one ``kind`` value or, with ``many``, a tuple of its comma-separated values.
+
+    >>> parse_value("skip_zero_signal", "false", bool), parse_value("skip_zero_signal", "True", bool)
+    (False, True)
+    >>> parse_value("skip_zero_signal", "maybe", bool)
+    Traceback (most recent call last):
+    ValueError: --skip-zero-signal 'maybe': expected bool (true/false) values
+    """
+    kind = _boolean if kind is bool else kind
     try:
         return tuple(kind(v) for v in str(raw).split(",") if v.strip()) if many else kind(raw)
     except ValueError:

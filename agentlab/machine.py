@@ -41,6 +41,16 @@ def describe() -> dict:
     }
 
 
+def session_line(started: str | None = None, **done) -> dict:
+    """One line of a run folder's ``sessions.jsonl``: when a session (re)started the run, on what machine (CPU
+    class, the precision ``"auto"`` resolved to, commit), and ``done``: what the run had finished before it. A study
+    carried across sessions (``agentlab.carry``) may run its parts on different machines; these lines say which ran
+    where. The caller appends it with its ``RunDir.append`` (the one JSONL rule; ``runs.py`` shares this line)."""
+    m = describe()
+    return {"started": started or datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), **done,
+            **{k: m[k] for k in ("cpu_class", "precision", "commit")}}
+
+
 def cpu_class() -> str:
     """The class of CPU a number was made on, as its speed and arithmetic differ: ``"amx"`` (Intel with AMX tiles,
     bf16), ``"avx512-bf16"`` (AVX-512 with bf16 instructions, no AMX), ``"avx2"`` (fp32 only), else the machine.

@@ -17,31 +17,21 @@ import json
 import os
 import random
 import re
-import warnings
 from datetime import date, datetime
 from pathlib import Path
 
-QUIET_ENV = {
-    "TRANSFORMERS_VERBOSITY": "error",           # transformers' info/warning logs
-    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",    # datasets' map/filter bars (SFTTrainer's tokenising)
-    "TOKENIZERS_PARALLELISM": "false",           # the fork warning of tokenizers
-    "TRL_EXPERIMENTAL_SILENCE": "1",             # TRL's own switch for its experimental-feature notices
-    "AGENTLAB_NOTEBOOK": "1",                    # an SFT run prints one summary line instead of the Trainer's bar
-}
-QUIET_WARNINGS = (  # (category, module regex, message regex): only the libraries' notices, never ours
-    (FutureWarning, r"(transformers|trl|torch|peft|accelerate)(\.|$)", ""),
-    (DeprecationWarning, r"(transformers|trl|torch|peft|accelerate)(\.|$)", ""),
-    (UserWarning, r"trl(\.|$)", r"(?i).*experimental"),
-)
+from agentlab.quiet import LIBRARY_ENV, LIBRARY_WARNINGS, quiet_libraries
+
+QUIET_ENV = {**LIBRARY_ENV,
+             "AGENTLAB_NOTEBOOK": "1"}           # an SFT run prints one summary line instead of the Trainer's bar
+QUIET_WARNINGS = LIBRARY_WARNINGS
 
 
 def setup_notebook(seed: int | None = 0) -> None:
-    """Quiet the libraries' notices and bars (see the module docstring) and seed Python's and numpy's generators
-    (``None``: leave them). Safe to call again."""
-    for key, value in QUIET_ENV.items():
-        os.environ.setdefault(key, value)
-    for category, module, message in QUIET_WARNINGS:
-        warnings.filterwarnings("ignore", message=message, category=category, module=module)
+    """Quiet the libraries' notices and bars (``agentlab.quiet``; see the module docstring) and seed Python's and
+    numpy's generators (``None``: leave them). Safe to call again."""
+    quiet_libraries()
+    os.environ.setdefault("AGENTLAB_NOTEBOOK", "1")
     try:
         from transformers.utils import logging as hf_logging
     except ImportError:

@@ -37,6 +37,7 @@ from agentlab.runs import RunDir, checkpoint_step
 from agentlab.sft import SFTSettings, run_sft
 from agentlab.trl_compat import agent_trainer_class, resume_training
 from agentlab.types import Episode, Task
+from agentlab.update_guard import TrainingDiverged, UpdateState, update_guard
 
 __all__ = ["LOSS_TYPES", "SCALE_REWARDS", "Experiment", "SFTSettings", "TrainingDiverged", "grpo_config",
            "grpo_kwargs", "micro_batch_size", "run_grpo", "run_sft", "step_metrics", "trainer_rewards"]
@@ -51,37 +52,7 @@ class _StepStats:
     episodes: list[Episode] = field(default_factory=list)
     generate_s: float = 0.0       # the rollout's seconds (an asynchronous run: the wait for the worker's batch)
     batch: dict = field(default_factory=dict)  # an asynchronous run's batch header: policy version, staleness
-    skipped: bool = False         # this step's update was skipped: a non-finite gradient
-    skipped_in_row: int = 0
-
-
-class TrainingDiverged(RuntimeError):
-    """Too many updates in a row had non-finite gradients; the run stops (its last checkpoint stays usable)."""
-
-
-def nonfinite_guard(stats: _StepStats, limit: int):
-    """A callback that skips an update whose gradients are not all finite (a NaN or inf loss, an overflow) and
-    stops training after ``limit`` such updates in a row.
-
-    Why by hand: transformers' Trainer steps the optimiser whatever the gradients hold, and one NaN step ruins the
-    weights. Setting every gradient to ``None`` makes the step a true no-op (AdamW skips parameters without one).
-    """
-    import torch
-    from transformers import TrainerCallback
-
-    class NonFiniteGuard(TrainerCallback):
-        def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
-            params = [p for p in model.parameters() if p.grad is not None]
-            finite = all(bool(torch.isfinite(p.grad).all()) for p in params)
-            stats.skipped = not finite
-            stats.skipped_in_row = 0 if finite else stats.skipped_in_row + 1
-            if not finite:
-                for p in params:
-                    p.grad = None
-                if stats.skipped_in_row >= limit:
-                    control.should_training_stop = True
-
-    return NonFiniteGuard()
+    update: UpdateState = field(default_factory=UpdateState)  # what the update guard decided (agentlab.update_guard)
 
 
 def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: RunDir, stats: _StepStats,
@@ -263,9 +234,9 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
     if not resume and not (main and start_eval and reuse_start_eval(Path(start_eval), exp, eval_tasks, run)):
         checkpoint_eval(0)
     resume_training(trainer, resume, exp.steps, checkpoint_eval)
-    if stats.skipped_in_row >= exp.max_nonfinite:
+    if stats.update.skipped_in_row >= exp.max_nonfinite:
         raise TrainingDiverged(
-            f"GRPO stopped at step {trainer.state.global_step}: {stats.skipped_in_row} updates in a row had non-finite "
+            f"GRPO stopped at step {trainer.state.global_step}: {stats.update.skipped_in_row} updates in a row had non-finite "
             f"gradients and were skipped (see skipped_nonfinite_update in {run.metrics_file}); lower the learning "
             f"rate or check the reward, then resume from the last checkpoint")
     if trainer.accelerator.is_main_process:
@@ -309,7 +280,8 @@ def build_trainer(exp: Experiment, spec, model, tok, train_tasks: list[Task], ev
                       "time_backward_s": (trainer.timing.get("step_s", 0) - trainer.timing.get("prepare_s", 0)
                                           - trainer.timing.get("forward_s", 0)),
                       "prompts_seen": state.global_step * exp.groups_per_step,
-                      "skipped_nonfinite_update": stats.skipped,
+                      "skipped_nonfinite_update": stats.update.skipped, "zero_signal": stats.update.zero_signal,
+                      "skipped_zero_signal_update": stats.update.skipped_zero_signal,
                       **({k: stats.batch[k] for k in ("policy_version", "staleness")} | {
                           "time_worker_generate_s": stats.batch["generate_s"],
                           "behaviour_logprob_gap": trainer.timing.get("behaviour_gap")} if stats.batch else {})}
@@ -347,7 +319,7 @@ def build_trainer(exp: Experiment, spec, model, tok, train_tasks: list[Task], ev
         train_dataset=Dataset.from_list(rows), processing_class=tok,
         peft_config=peft_config,
         rollout_func=make_rollout_func(spec, tok, train_tasks, exp, run, stats, reward_fn, engine, take),
-        callbacks=[Recorder(), nonfinite_guard(stats, exp.max_nonfinite), *callbacks])
+        callbacks=[Recorder(), update_guard(stats.update, exp.max_nonfinite, exp.skip_zero_signal), *callbacks])
     trainer.off_policy = take is not None  # the update's ratio against the worker's behaviour log-probs
     return trainer, stats, checkpoint_eval
 

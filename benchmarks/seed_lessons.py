@@ -78,19 +78,15 @@ def experiment(start: Path, setting: str, seed: int):
 
 
 def log_session(run: Path, started: str | None = None) -> None:
-    """One line in the run's ``sessions.jsonl`` per start: when, the GRPO steps already done, and the machine (CPU
-    class, the precision ``auto`` resolved to, commit). A lesson's seeds run on whatever machine a session has (bf16
-    on AMX, fp32 on AVX2-only CPUs); this says which ran where."""
-    from datetime import UTC, datetime
-
-    from agentlab.machine import describe
+    """One line in the run's ``sessions.jsonl`` per start (:func:`agentlab.machine.session_line`), with the GRPO
+    steps already done. A lesson's seeds run on whatever machine a session has (bf16 on AMX, fp32 on AVX2-only
+    CPUs); this says which ran where."""
+    from agentlab.machine import session_line
     from agentlab.runs import RunDir
 
-    machine, folder = describe(), RunDir(run)
+    folder = RunDir(run)
     run.mkdir(parents=True, exist_ok=True)
-    folder.append(run / "sessions.jsonl", {
-        "started": started or datetime.now(UTC).isoformat(timespec="seconds"),
-        "steps_before": len(folder.checkpoints()), **{k: machine[k] for k in ("cpu_class", "precision", "commit")}})
+    folder.append(run / "sessions.jsonl", session_line(started, steps_before=len(folder.checkpoints())))
 
 
 def machines(run: Path) -> list[str]:

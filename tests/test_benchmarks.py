@@ -195,7 +195,7 @@ def test_the_grpo_step_benchmark_times_the_trainer_users_train_with(tmp_path):
 
     trainer, _, _, exp = make_trainer("agentlab", 1, None, tmp_path)
     names = {type(c).__name__ for c in trainer.callback_handler.callbacks}
-    assert {"Recorder", "NonFiniteGuard"} <= names, names
+    assert {"Recorder", "UpdateGuard"} <= names, names
     assert trainer.args.max_steps == exp.steps == 1 and trainer.args.save_strategy == "no"
 
 

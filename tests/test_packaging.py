@@ -1,5 +1,6 @@
 """The two environment descriptions (pyproject.toml for pip, environment.yml for conda) must agree."""
 
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -159,6 +160,26 @@ def test_notebooks_import_only_from_the_api_and_every_api_name_resolves():
         assert getattr(importlib.import_module(home), name) is getattr(api, name), name
     with pytest.raises(AttributeError, match="agentlab.api has no 'nope'"):
         api.nope  # noqa: B018
+
+
+def test_every_command_quiets_the_libraries_notices_but_never_ours(monkeypatch):
+    """``agentlab`` commands call quiet_libraries before running: a terminal shows transformers' deprecation notices
+    as lines carrying site-packages paths, and datasets' tokenising bars once per SFT run (seen in a fresh clone's
+    quickstart); a warning agentlab raises still shows."""
+    import warnings
+
+    from agentlab import cli
+    from agentlab.quiet import LIBRARY_ENV
+
+    for key in LIBRARY_ENV:  # each restored after the test (other tests may run with them unset)
+        monkeypatch.delenv(key, raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert cli.main(["envs"]) == 0
+        warnings.warn_explicit("`x` is deprecated", FutureWarning, "training_args.py", 1, module="transformers.training_args")
+        warnings.warn_explicit("a reward term is NaN", UserWarning, "rewards.py", 1, module="agentlab.rewards")
+    assert [str(w.message) for w in caught] == ["a reward term is NaN"]
+    assert os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] == "1" and os.environ["TRL_EXPERIMENTAL_SILENCE"] == "1"
 
 
 def test_the_notebook_setup_quiets_the_libraries_notices_but_never_ours():

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -395,6 +396,51 @@ def test_nonfinite_gradients_skip_the_update_and_stop_the_run_after_k_in_a_row(t
     assert [m["skipped_nonfinite_update"] for m in metrics] == [True, True] and not run.finished
     lora_b = [p for n, p in loaded["model"].named_parameters() if "lora_B" in n]
     assert lora_b and all(bool((p == 0).all()) for p in lora_b)  # no update reached the weights
+
+
+def test_a_step_with_no_signal_moves_adamw_on_momentum_unless_the_guard_skips_it():
+    """After one step with a gradient, AdamW keeps moving the weights on steps whose gradient is exactly zero (its
+    momentum); with ``skip_zero_signal`` the guard hands it no gradient and the weights and AdamW's state stay put.
+    A non-zero gradient always reaches the optimiser."""
+    import torch
+    from transformers import TrainerControl
+
+    from agentlab.update_guard import UpdateState, update_guard
+
+    def train(skip: bool, grads: list[float]) -> tuple[torch.Tensor, UpdateState, int]:
+        torch.manual_seed(0)
+        layer, state = torch.nn.Linear(3, 1), UpdateState()
+        opt, guard = torch.optim.AdamW(layer.parameters(), lr=0.1, weight_decay=0.0), update_guard(state, 3, skip)
+        for g in grads:
+            for p in layer.parameters():
+                p.grad = torch.full_like(p, g)
+            guard.on_pre_optimizer_step(None, None, TrainerControl(), model=layer)
+            opt.step()
+        return layer.weight.detach().clone(), state, opt.state[layer.weight]["step"]
+
+    after_one, _, _ = train(False, [1.0])
+    drifted, state, steps = train(False, [1.0, 0.0, 0.0])
+    assert state.zero_signal and not state.skipped_zero_signal and int(steps) == 3
+    assert not torch.equal(drifted, after_one)  # momentum moved it twice more
+    kept, state, steps = train(True, [1.0, 0.0, 0.0])
+    assert state.zero_signal and state.skipped_zero_signal and int(steps) == 1
+    assert torch.equal(kept, after_one)
+    moved, state, _ = train(True, [1.0, 0.0, 0.5])
+    assert not state.zero_signal and not torch.equal(moved, after_one)
+
+
+def test_a_run_logs_its_zero_signal_steps_and_skips_them_when_asked(tmp_path):
+    """Through TRL: a reward every rollout shares gives every group zero variance, a zero gradient, and with
+    ``skip_zero_signal`` no optimiser step (logged per step); a reward the samples vary on gives a signal."""
+    spec = load("lookup")
+    train, val = spec.make_tasks("train", 4, seed=0), spec.make_tasks("validation", 2, seed=0)
+    base = Experiment(model="tiny-random", env="lookup", steps=2, eval_every=2, eval_tasks=2, groups_per_step=1,
+                      group_size=2, max_new_tokens=8, precision="fp32", lr=1e-2, skip_zero_signal=True)
+    flat = run_grpo(replace(base, name="flat", reward=lambda ep: 0.5), train, val, run=RunDir(tmp_path / "flat"))
+    assert [(m["zero_signal"], m["skipped_zero_signal_update"]) for m in flat.metrics()] == [(True, True)] * 2
+    varied = run_grpo(replace(base, name="varied", reward=lambda ep: len(ep.turns[0].text) / 40), train, val,
+                      run=RunDir(tmp_path / "varied"))
+    assert [(m["zero_signal"], m["skipped_zero_signal_update"]) for m in varied.metrics()] == [(False, False)] * 2
 
 
 # -- several processes: torchrun on CPU (gloo), as `accelerate launch` would start them on GPUs ---------------------
