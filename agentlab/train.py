@@ -119,6 +119,10 @@ def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: 
         # The behaviour log-probs where the engine reported them (vLLM: TRL's importance-sampling correction, on by
         # default, subtracts them from the trainer's); an episode without a completion gets its EOS's 0.0, as masked.
         drawn = [ep.tokens.get("logprobs") if ep.tokens["completion_ids"] else [0.0] for ep in episodes]
+        if exp.skip_zero_signal:  # this process's groups whose rollouts all earned the same: no signal, no advantage
+            scored = trainer_rewards(episodes)   # (trl_compat: snap_flat_groups; a step of only these is skipped)
+            trainer.flat_groups = [len({r for r in scored[i:i + samples] if r is not None}) <= 1
+                                   for i in range(0, len(scored), samples)]
         return {
             "prompt_ids": [ep.tokens["prompt_ids"] for ep in episodes],
             "completion_ids": [c for c, _ in completions],

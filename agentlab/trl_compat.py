@@ -45,6 +45,9 @@ coupling                        internals it relies on                          
 ``resume_training``             transformers' ``Trainer.train`` resumed at         none: checked by a test
                                 ``max_steps`` trains one step more (the limit is  (``tests/test_train.py``)
                                 checked after a step, not before the first)
+``snap_flat_groups``            ``GRPOTrainer._generate_and_score_completions``   not snapped: a flat group keeps
+                                output ``advantages`` (this process's rows, in    rounding-sized advantages, and a
+                                prompt order) (``skip_zero_signal`` only)         step of them is not skipped
 ``trainer_metrics``             ``GRPOTrainer._metrics["train"]``                 none (benchmarks only)
 ``generate_and_score``          ``GRPOTrainer._generate_and_score_completions``   none (benchmarks only)
 ``per_token_logps_and_…``       ``GRPOTrainer._get_per_token_logps_and_entropies`` none (benchmarks only)
@@ -481,6 +484,26 @@ def _checkpointed_layers(model, enabled: bool = True):
 _TRAINER_CLASS = None
 
 
+def snap_flat_groups(advantages, flat: list[bool]):
+    """``advantages`` (this process's rows, in prompt order: ``len(flat)`` groups of equal size) with every row of a
+    flat group set to exactly 0.
+
+    Why: TRL's advantage is ``(r - mean) / (std + 1e-4)``, and the float32 mean of G equal rewards is not always
+    the reward (for G = 8, about half of the rewards in [0, 1]); a group whose rollouts all earned 0.1 then gets
+    advantages ~1e-4 of one sign, a push towards (or away from) everything it sampled, and a step of only such
+    groups has a small, non-zero gradient that ``update_guard`` cannot tell from a signal.
+
+    >>> import torch
+    >>> snap_flat_groups(torch.tensor([7e-5, 7e-5, 0.5, -0.5]), [True, False]).tolist()
+    [0.0, 0.0, 0.5, -0.5]
+    """
+    import torch
+
+    size = advantages.shape[0] // len(flat)
+    mask = torch.tensor(flat, device=advantages.device).repeat_interleave(size)
+    return advantages.masked_fill(mask.view(-1, *[1] * (advantages.dim() - 1)), 0.0)
+
+
 def agent_trainer_class():
     """TRL's GRPOTrainer plus two things it lacks: a step-time split (generation / forward / backward) and the
     shared-prefix forward (``shared_prefix_logps``). Built on first use so importing agentlab stays light."""
@@ -494,6 +517,7 @@ def agent_trainer_class():
         # the rest of training_step is backward + optimiser.
         shared_prefix = True  # set False to get TRL's own forward (benchmarks, tests); COMPATIBLE gates it too
         off_policy = False    # an asynchronous run's groups: the clipped ratio is taken against the behaviour policy
+        flat_groups = None    # per group of this process's batch: every rollout earned the same (skip_zero_signal)
 
         def __init__(self, *a, **k):
             self.timing: dict[str, float] = {}
@@ -536,6 +560,9 @@ def agent_trainer_class():
 
         def _generate_and_score_completions(self, *a, **k):
             out = super()._generate_and_score_completions(*a, **k)
+            if (flat := self.flat_groups) is not None and COMPATIBLE:
+                out["advantages"] = snap_flat_groups(out["advantages"], flat)
+            self.flat_groups = None
             if self.off_policy:
                 behaviour = out.get("sampling_per_token_logps")
                 if behaviour is None or not COMPATIBLE:
