@@ -2,8 +2,8 @@
 optimiser left alone, ``agentlab.update_guard``), from one SFT start, the same seeds and steps.
 
     python benchmarks/zero_signal.py                       # both modes x seeds 0, 1, 2 (resumable run folders)
-    python benchmarks/zero_signal.py --seeds 0             # a first look
-    python benchmarks/zero_signal.py --gather-only         # rebuild the JSON from finished runs
+    python benchmarks/zero_signal.py --sft-lr 3e-4 --sft-steps 16   # another start (each start its own entry)
+    python benchmarks/zero_signal.py --gather-only         # rebuild the start's entry from finished runs
 
 The start is the quickstart's, at one SFT setting instead of its search: the quickstart's tasks and demonstrations
 (``QuickstartConfig``, seed 0: 48 successful traces of lookup's cheap strategy) and SFT at ``--sft-lr`` x
@@ -12,7 +12,8 @@ The start is the quickstart's, at one SFT setting instead of its search: the qui
 GRPO is the quickstart's (``quickstart._grpo_default``: 12 steps x 2 prompts x 4 rollouts at T = 1.0), evaluated
 greedily on the 48 validation tasks every ``--eval-every`` steps.
 
-Writes ``benchmarks/results/zero_signal.json``: per mode and seed the validation curve, which steps had a zero
+Writes ``benchmarks/results/zero_signal.json``: ``{"starts": {"sft-lr=…-steps=…": entry}}`` (other starts' entries
+kept), each entry with the start's validation, per mode and seed the validation curve, which steps had a zero
 gradient, the adapter's L2 distance from the start at each evaluated checkpoint and the seconds; per mode the last
 checkpoint pooled over (seed, task); ``skip_minus_step``, paired on (seed, task), per seed and pooled.
 """
@@ -26,10 +27,14 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import write_result
+from common import RESULTS, write_result
 
 MODES = {"step": False, "skip": True}  # mode -> Experiment.skip_zero_signal
 ROOT = "zero-signal"
+
+
+def start_name(args) -> str:
+    return f"sft-lr={args.sft_lr:g}-steps={args.sft_steps}"
 
 
 def start_adapter(args) -> Path:
@@ -41,7 +46,7 @@ def start_adapter(args) -> Path:
 
     cmp = Comparison(QuickstartConfig(name=f"{ROOT}/start"))
     cmp.tasks()
-    out = runs_dir() / ROOT / "start" / f"sft-lr={args.sft_lr:g}-steps={args.sft_steps}"
+    out = runs_dir() / ROOT / "start" / start_name(args)
     if not (out / "adapter_config.json").exists():
         run_sft(cmp.cfg.model, cmp.demos(), out.parent / (out.name + "-run"),
                 cmp.sft_settings(args.sft_lr, args.sft_steps), save_at=(args.sft_steps,))
@@ -52,7 +57,8 @@ def start_adapter(args) -> Path:
 def experiment(args, mode: str, seed: int):
     from agentlab.quickstart import _grpo_default
 
-    return replace(_grpo_default(), name=f"{ROOT}/{mode}/seed-{seed}", seed=seed, eval_every=args.eval_every,
+    return replace(_grpo_default(), name=f"{ROOT}/{start_name(args)}/{mode}/seed-{seed}", seed=seed,
+                   eval_every=args.eval_every,
                    skip_zero_signal=MODES[mode])
 
 
@@ -97,9 +103,11 @@ def gather(args, start: Path) -> dict:
             run = RunDir(runs_dir() / experiment(args, mode, seed).name)
             if run.finished:
                 runs[mode][seed] = summarise(run, start)
+    scored = json.loads((start.parent / f"{start.name}-validation" / "summary.json").read_text())
     out = {"config": {k: v for k, v in vars(args).items() if k != "gather_only"},
            "grpo": {k: v for k, v in experiment(args, "step", 0).to_config().items()
                     if k not in ("name", "seed", "skip_zero_signal")},
+           "start_validation": {k: scored["success"][k] for k in ("mean", "ci_low", "ci_high", "n")},
            "machine": describe(), "modes": MODES, "runs": {m: {str(s): r for s, r in v.items()} for m, v in runs.items()}}
     seeds = sorted(set(runs["step"]) & set(runs["skip"]))
     if seeds:
@@ -118,6 +126,44 @@ def gather(args, start: Path) -> dict:
     return out
 
 
+def _paired(x: dict) -> str:
+    return f"{x['mean']:+.3f} [{x['ci_low']:+.3f}, {x['ci_high']:+.3f}]"
+
+
+LABELS = {"step": "`step` (TRL: AdamW steps every time)", "skip": "`skip` (`--skip-zero-signal true`)"}
+
+
+def markdown_table(out: dict) -> str:
+    """docs/performance.md's table: per start and mode, the zero-gradient steps, how far the adapter went, the last
+    checkpoint's validation per seed and pooled; skip − step paired."""
+    from tables import _machine
+
+    rows = []
+    for e in out["starts"].values():
+        g, v, seeds = e["grpo"], e["start_validation"], [str(s) for s in e.get("seeds", [])]
+        c = e["config"]
+        rows += [(f"*{_machine(e['machine'])}; `{g['env']}`, SFT start lr {c['sft_lr']:g} × {c['sft_steps']} steps "
+                  f"(validation {v['mean']:.2f} [{v['ci_low']:.2f}, {v['ci_high']:.2f}], n = {v['n']}); GRPO {g['steps']} steps "
+                  f"× {g['groups_per_step']} × {g['group_size']} rollouts, lr {g['lr']:g}, T = {g['temperature']:g};"
+                  f" seeds {', '.join(seeds)}:*"), "",
+                 ("| mode | zero-gradient steps, per seed | adapter's L2 distance from the start at the last "
+                  "checkpoint, per seed | last checkpoint's validation, per seed | pooled over (seed, task) |"),
+                 "|---|---|---|---|---|"]
+        for mode in MODES:
+            runs = [e["runs"][mode][s] for s in seeds]
+            steps = " / ".join(str(len(r["zero_signal_steps"])) for r in runs)
+            moved = " / ".join(f"{list(r['distance_from_start'].values())[-1]:.2f}" for r in runs)
+            last = " / ".join(f"{r['validation'][-1]['mean']:.2f}" for r in runs)
+            p = e["last_pooled"][mode]
+            rows.append(f"| {LABELS[mode]} | {steps} | {moved} | {last} | "
+                        f"{p['mean']:.3f} [{p['ci_low']:.3f}, {p['ci_high']:.3f}] |")
+        if "skip_minus_step" in e:
+            d = e["skip_minus_step"]
+            rows += ["", (f"`skip` − `step`, paired over (seed, task): {_paired(d['pooled'])}; per seed "
+                          + ", ".join(_paired(x) for x in d["per_seed"].values()) + "."), ""]
+    return "\n".join(rows).rstrip()
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
@@ -126,7 +172,11 @@ def main(argv=None) -> int:
     p.add_argument("--sft-steps", type=int, default=4)
     p.add_argument("--eval-every", type=int, default=4)
     p.add_argument("--gather-only", action="store_true")
+    p.add_argument("--table", action="store_true", help="the docs' table, from the JSON")
     args = p.parse_args(argv)
+    if args.table:
+        print(markdown_table(json.loads((RESULTS / "zero_signal.json").read_text())))
+        return 0
     start = start_adapter(args)
     if not args.gather_only:
         from agentlab.compare import Comparison
@@ -147,8 +197,11 @@ def main(argv=None) -> int:
                     print(f"[zero-signal] {mode} seed {seed}", flush=True)
                     run_grpo(exp, splits["train"], splits["validation"], init_adapter=start, run=run,
                              start_eval=scored)
-    out = gather(args, start)
-    print(json.dumps(out.get("skip_minus_step", {}).get("pooled", "no pairs yet")))
+    entry = gather(args, start)
+    print(json.dumps(entry.get("skip_minus_step", {}).get("pooled", "no pairs yet")))
+    before = RESULTS / "zero_signal.json"
+    out = {"starts": (json.loads(before.read_text()) if before.exists() else {}).get("starts", {})}
+    out["starts"][start_name(args)] = entry
     print(f"-> {write_result('zero_signal.json', out)}")
     return 0
 
