@@ -32,7 +32,12 @@ def field_type(f: dataclasses.Field) -> type:
 
 def flag_type(default):
     """What argparse parses a config field's flag with, from the field's default: its type; true/false for a switch."""
-    return _boolean if default_type(default) is bool else default_type(default)
+    return _parser(default_type(default))
+
+
+def _parser(kind: type):
+    """The function that reads one ``kind`` value from text: ``kind`` itself, except for a switch."""
+    return _boolean if kind is bool else kind
 
 
 _BOOLS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
@@ -58,7 +63,7 @@ def parse_value(name: str, raw: str, kind: type, many: bool = False):
     Traceback (most recent call last):
     ValueError: --skip-zero-signal 'maybe': expected bool (true/false) values
     """
-    kind = _boolean if kind is bool else kind
+    kind = _parser(kind)
     try:
         return tuple(kind(v) for v in str(raw).split(",") if v.strip()) if many else kind(raw)
     except ValueError:

@@ -20,18 +20,14 @@ import re
 from datetime import date, datetime
 from pathlib import Path
 
-from agentlab.quiet import LIBRARY_ENV, LIBRARY_WARNINGS, quiet_libraries
-
-QUIET_ENV = {**LIBRARY_ENV,
-             "AGENTLAB_NOTEBOOK": "1"}           # an SFT run prints one summary line instead of the Trainer's bar
-QUIET_WARNINGS = LIBRARY_WARNINGS
+from agentlab.quiet import quiet_libraries
 
 
 def setup_notebook(seed: int | None = 0) -> None:
     """Quiet the libraries' notices and bars (``agentlab.quiet``; see the module docstring) and seed Python's and
     numpy's generators (``None``: leave them). Safe to call again."""
     quiet_libraries()
-    os.environ.setdefault("AGENTLAB_NOTEBOOK", "1")
+    os.environ.setdefault("AGENTLAB_NOTEBOOK", "1")  # an SFT run prints one summary line instead of the Trainer's bar
     try:
         from transformers.utils import logging as hf_logging
     except ImportError:

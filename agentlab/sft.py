@@ -34,8 +34,8 @@ CHECKPOINT_S = 300.0  # seconds between an SFT run's resume points (a long study
 
 
 def _in_notebook() -> bool:
-    """Whether ``agentlab.notebook.setup_notebook`` ran in this process (the tutorial's kernels): its ``QUIET_ENV``
-    sets this variable (read here by name: ``notebook`` sits a layer above ``sft``)."""
+    """Whether ``agentlab.notebook.setup_notebook`` ran in this process (the tutorial's kernels): it sets this
+    variable (read here by name: ``notebook`` sits a layer above ``sft``)."""
     import os
 
     return os.environ.get("AGENTLAB_NOTEBOOK") == "1"

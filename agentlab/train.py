@@ -119,10 +119,8 @@ def make_rollout_func(spec, tokenizer, tasks: list[Task], exp: Experiment, run: 
         # The behaviour log-probs where the engine reported them (vLLM: TRL's importance-sampling correction, on by
         # default, subtracts them from the trainer's); an episode without a completion gets its EOS's 0.0, as masked.
         drawn = [ep.tokens.get("logprobs") if ep.tokens["completion_ids"] else [0.0] for ep in episodes]
-        if exp.skip_zero_signal:  # this process's groups whose rollouts all earned the same: no signal, no advantage
-            scored = trainer_rewards(episodes)   # (trl_compat: snap_flat_groups; a step of only these is skipped)
-            trainer.flat_groups = [len({r for r in scored[i:i + samples] if r is not None}) <= 1
-                                   for i in range(0, len(scored), samples)]
+        if exp.skip_zero_signal:  # no signal, no advantage (trl_compat.snap_flat_groups); a step of only these is skipped
+            trainer.flat_groups = flat_groups(episodes, samples)
         return {
             "prompt_ids": [ep.tokens["prompt_ids"] for ep in episodes],
             "completion_ids": [c for c, _ in completions],
@@ -141,6 +139,13 @@ def trainer_rewards(episodes: list[Episode]) -> list[float | None]:
     return [None if ep.failure == "infra" else ep.reward for ep in episodes]
 
 
+def flat_groups(episodes: list[Episode], group_size: int) -> list[bool]:
+    """Per group of ``group_size`` consecutive episodes: whether its scored rollouts all earned exactly the same
+    (infra episodes left out, as GRPO leaves them out; a group of only infra counts as flat)."""
+    scored = trainer_rewards(episodes)
+    return [len({r for r in scored[i:i + group_size] if r is not None}) <= 1 for i in range(0, len(scored), group_size)]
+
+
 def agentlab_reward(prompts, completions, agentlab_reward, **kwargs) -> list[float | None]:
     """The episode reward computed inside our loop (TRL reward-function signature); None for infra episodes."""
     return list(agentlab_reward)
@@ -151,15 +156,13 @@ def step_metrics(episodes: list[Episode], group_size: int, spec=None) -> dict:
     import statistics
 
     rewards = [ep.reward for ep in episodes if ep.failure != "infra"] or [0.0]
-    scored = trainer_rewards(episodes)
-    groups = [[r for r in scored[i:i + group_size] if r is not None] or [0.0]
-              for i in range(0, len(scored), group_size)]
+    flat = flat_groups(episodes, group_size)
     turns = [len(ep.turns) for ep in episodes]
     calls = sum(len(t.tool_calls) for ep in episodes for t in ep.turns)
     return {
         "reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards),
         "success_mean": statistics.fmean(ep.success for ep in episodes),
-        "zero_variance_groups": sum(max(g) == min(g) for g in groups) / len(groups),
+        "zero_variance_groups": sum(flat) / len(flat),
         "valid_rollouts": sum(spec.is_valid(ep.outcome) if spec else ep.exit_reason == "final_answer"
                               for ep in episodes) / len(episodes),
         "turns_mean": statistics.fmean(turns),
