@@ -37,8 +37,9 @@ def start_name(args) -> str:
     return f"sft-lr={args.sft_lr:g}-steps={args.sft_steps}"
 
 
-def start_adapter(args) -> Path:
-    """The SFT start (made once): the quickstart's data at seed 0, SFT at one setting."""
+def start_adapter(args) -> tuple:
+    """The SFT start (made once): the quickstart's data at seed 0, SFT at one setting. Returns the comparison that
+    holds the data (its tasks, demonstrations and evaluation) and the adapter."""
     from agentlab.compare import Comparison
     from agentlab.paths import runs_dir
     from agentlab.quickstart import QuickstartConfig
@@ -51,7 +52,12 @@ def start_adapter(args) -> Path:
         run_sft(cmp.cfg.model, cmp.demos(), out.parent / (out.name + "-run"),
                 cmp.sft_settings(args.sft_lr, args.sft_steps), save_at=(args.sft_steps,))
         (out.parent / (out.name + "-run") / f"adapter-step-{args.sft_steps}").rename(out)
-    return out
+    return cmp, out
+
+
+def scored_start(start: Path) -> Path:
+    """Where the start's validation evaluation lives (every run's step 0)."""
+    return start.parent / f"{start.name}-validation"
 
 
 def experiment(args, mode: str, seed: int):
@@ -103,7 +109,7 @@ def gather(args, start: Path) -> dict:
             run = RunDir(runs_dir() / experiment(args, mode, seed).name)
             if run.finished:
                 runs[mode][seed] = summarise(run, start)
-    scored = json.loads((start.parent / f"{start.name}-validation" / "summary.json").read_text())
+    scored = json.loads((scored_start(start) / "summary.json").read_text())
     out = {"config": {k: v for k, v in vars(args).items() if k != "gather_only"},
            "grpo": {k: v for k, v in experiment(args, "step", 0).to_config().items()
                     if k not in ("name", "seed", "skip_zero_signal")},
@@ -177,17 +183,14 @@ def main(argv=None) -> int:
     if args.table:
         print(markdown_table(json.loads((RESULTS / "zero_signal.json").read_text())))
         return 0
-    start = start_adapter(args)
+    cmp, start = start_adapter(args)
     if not args.gather_only:
-        from agentlab.compare import Comparison
         from agentlab.paths import runs_dir
-        from agentlab.quickstart import QuickstartConfig
         from agentlab.runs import RunDir
         from agentlab.train import run_grpo
 
-        cmp = Comparison(QuickstartConfig(name=f"{ROOT}/start"))
-        splits = cmp.tasks()
-        scored = start.parent / f"{start.name}-validation"  # step 0 of every run: the start, scored once
+        splits = cmp.tasks()  # (read back: start_adapter made them)
+        scored = scored_start(start)  # step 0 of every run: the start, scored once
         cmp.evaluate(scored, start, splits["validation"], "start")
         for seed in args.seeds:  # seed by seed, both modes: a stopped study still has pairs
             for mode in args.modes:
