@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from agentlab.rollout import BACKENDS, LoopConfig
+from agentlab.trl_compat import ROW_SEPARABLE_LOSSES
 from agentlab.types import BUDGET_FIELDS, Budget
 
 
@@ -64,6 +65,9 @@ class Experiment:
     max_nonfinite: int = 3        # updates with non-finite gradients are skipped; this many in a row stop the run
     skip_zero_signal: bool = False  # a step whose gradient is exactly 0 (every group zero-variance) leaves AdamW alone
                                   # instead of moving the adapter on momentum (agentlab.update_guard); off: TRL's way
+    drop_flat_rows: bool = False  # rollouts whose advantage is exactly 0 skip the forward and backward: the same
+                                  # gradient, a shorter step (dapo/cispo/vespo, beta 0: trl_compat.rows_separable);
+                                  # entropy and clip metrics then cover the trained rollouts only
     rollout_backend: str = "torch"  # CPU decoding of rollouts and checkpoint evals: "torch", "llama_cpp", "auto"
     max_staleness: int = 0        # 0: generate, then train (synchronous); K: a worker generates ahead, groups at
                                   # most K policy versions old (agentlab.async_rollouts); GPUs: TRL's async trainer
@@ -105,6 +109,9 @@ class Experiment:
             errors.append(f"report_to={sorted(bad)} unknown; expected wandb and/or trackio")
         if self.loss_type not in LOSS_TYPES:
             errors.append(f"loss_type={self.loss_type!r} unknown; expected one of {LOSS_TYPES}")
+        if self.drop_flat_rows and (self.loss_type not in ROW_SEPARABLE_LOSSES or self.beta):
+            errors.append(f"drop_flat_rows with loss_type={self.loss_type!r}, beta={self.beta}: a rollout without "
+                          f"advantage adds nothing to the loss only for {ROW_SEPARABLE_LOSSES} with beta 0")
         if self.scale_rewards not in SCALE_REWARDS:
             errors.append(f"scale_rewards={self.scale_rewards!r} unknown; expected one of {SCALE_REWARDS}")
         try:

@@ -35,7 +35,7 @@ from agentlab.experiment import (
 from agentlab.rollout import EVAL_BATCH, TASK_KEY, Renderer, run_episodes
 from agentlab.runs import RunDir, checkpoint_step
 from agentlab.sft import SFTSettings, run_sft
-from agentlab.trl_compat import agent_trainer_class, resume_training
+from agentlab.trl_compat import agent_trainer_class, resume_training, rows_separable
 from agentlab.types import Episode, Task
 from agentlab.update_guard import TrainingDiverged, UpdateState, update_guard
 
@@ -284,6 +284,7 @@ def build_trainer(exp: Experiment, spec, model, tok, train_tasks: list[Task], ev
                       **step_metrics(stats.episodes, exp.group_size, spec),
                       "time_generate_s": stats.generate_s, "time_step_s": trainer.timing.get("step_s"),
                       "time_forward_s": trainer.timing.get("forward_s"),
+                      "trained_rollouts": trainer.timing.get("trained_rows"),  # this process's (drop_flat_rows)
                       "time_backward_s": (trainer.timing.get("step_s", 0) - trainer.timing.get("prepare_s", 0)
                                           - trainer.timing.get("forward_s", 0)),
                       "prompts_seen": state.global_step * exp.groups_per_step,
@@ -328,6 +329,10 @@ def build_trainer(exp: Experiment, spec, model, tok, train_tasks: list[Task], ev
         rollout_func=make_rollout_func(spec, tok, train_tasks, exp, run, stats, reward_fn, engine, take),
         callbacks=[Recorder(), update_guard(stats.update, exp.max_nonfinite, exp.skip_zero_signal), *callbacks])
     trainer.off_policy = take is not None  # the update's ratio against the worker's behaviour log-probs
+    if exp.drop_flat_rows and not rows_separable(trainer):  # e.g. an entropy bonus set through trainer_overrides
+        raise ValueError("drop_flat_rows: a rollout without advantage still adds to this trainer's loss (an entropy "
+                         "bonus, a top-entropy mask or an auxiliary loss is on); train it with drop_flat_rows off")
+    trainer.drop_flat_rows = exp.drop_flat_rows
     return trainer, stats, checkpoint_eval
 
 

@@ -48,6 +48,9 @@ coupling                        internals it relies on                          
 ``snap_flat_groups``            ``GRPOTrainer._generate_and_score_completions``   not snapped: a flat group keeps
                                 output ``advantages`` (this process's rows, in    rounding-sized advantages, and a
                                 prompt order) (``skip_zero_signal`` only)         step of them is not skipped
+``drop_flat_rows``              ``compute_loss`` inputs (per-row tensors,         every row trained, as TRL does
+                                ``num_items_in_batch``); ``_compute_loss``'s
+                                loss types (``rows_separable``)
 ``trainer_metrics``             ``GRPOTrainer._metrics["train"]``                 none (benchmarks only)
 ``generate_and_score``          ``GRPOTrainer._generate_and_score_completions``   none (benchmarks only)
 ``per_token_logps_and_…``       ``GRPOTrainer._get_per_token_logps_and_entropies`` none (benchmarks only)
@@ -505,6 +508,61 @@ def snap_flat_groups(advantages, flat: list[bool]):
     return advantages.masked_fill(mask.view(-1, *[1] * (advantages.dim() - 1)), 0.0)
 
 
+# TRL 1.16's loss types whose loss is a sum over trained tokens divided by a normaliser fixed for the whole generation
+# batch (``num_items_in_batch``), each token's term a multiple of its row's advantage: a row whose advantage is exactly
+# 0 adds exactly nothing to them. ("grpo", "bnpo", "dr_grpo", "sapo", "luspo" average over the micro-batch's rows or
+# tokens: leaving a row out would rescale the others.)
+ROW_SEPARABLE_LOSSES = ("dapo", "cispo", "vespo")
+
+
+def rows_separable(trainer) -> bool:
+    """Whether a rollout whose advantage is exactly 0 adds exactly nothing to ``trainer``'s loss, so leaving it out
+    of the forward and backward changes no gradient: a loss type in :data:`ROW_SEPARABLE_LOSSES`, no KL term (its
+    per-token penalty has no advantage factor), no entropy bonus, no top-entropy mask (a quantile over the batch's
+    tokens), no auxiliary loss."""
+    return (trainer.loss_type in ROW_SEPARABLE_LOSSES and trainer.beta == 0.0 and trainer.top_entropy_quantile >= 1.0
+            and not getattr(trainer, "_entropy_bonus_enabled", True) and not trainer.aux_loss_enabled)
+
+
+def trained_rows(inputs: dict) -> list[int] | None:
+    """The rows of a GRPO micro-batch that can move the gradient, those whose advantage is not exactly 0; ``None``
+    when that is every row. When it is none, the row with the fewest completion tokens: the micro-batch still runs
+    one forward, so the step still logs its entropy and, across processes, every collective call still happens.
+
+    >>> import torch
+    >>> mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1]])
+    >>> trained_rows({"advantages": torch.tensor([0.0, 0.5, -0.5]), "completion_mask": mask})
+    [1, 2]
+    >>> trained_rows({"advantages": torch.tensor([0.0, 0.0, 0.0]), "completion_mask": mask})
+    [1]
+    >>> trained_rows({"advantages": torch.tensor([1e-4, 0.5, -0.5]), "completion_mask": mask}) is None
+    True
+    """
+    advantages = inputs["advantages"]
+    signal = (advantages != 0).reshape(advantages.shape[0], -1).any(1)
+    if bool(signal.all()):
+        return None
+    if bool(signal.any()):
+        return signal.nonzero().flatten().tolist()
+    return [int(inputs["completion_mask"].sum(1).argmin())]
+
+
+def take_rows(inputs: dict, rows: list[int]) -> dict:
+    """A GRPO micro-batch cut to ``rows``: every per-row tensor (first dimension the batch's) and per-row list
+    indexed; the rest kept, ``num_items_in_batch`` (the generation batch's token count, the dapo normaliser) among
+    them."""
+    import torch
+
+    n = inputs["advantages"].shape[0]
+
+    def cut(value):
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == n:
+            return value.index_select(0, torch.tensor(rows, device=value.device))
+        return [value[i] for i in rows] if isinstance(value, list) and len(value) == n else value
+
+    return {key: cut(value) for key, value in inputs.items()}
+
+
 def agent_trainer_class():
     """TRL's GRPOTrainer plus two things it lacks: a step-time split (generation / forward / backward) and the
     shared-prefix forward (``shared_prefix_logps``). Built on first use so importing agentlab stays light."""
@@ -519,6 +577,8 @@ def agent_trainer_class():
         shared_prefix = True  # set False to get TRL's own forward (benchmarks, tests); COMPATIBLE gates it too
         off_policy = False    # an asynchronous run's groups: the clipped ratio is taken against the behaviour policy
         flat_groups = None    # per group of this process's batch: every rollout earned the same (skip_zero_signal)
+        drop_flat_rows = False  # leave rows whose advantage is exactly 0 out of the forward and backward (only where
+                                # rows_separable: then no gradient changes; train.build_trainer checks it)
 
         def __init__(self, *a, **k):
             self.timing: dict[str, float] = {}
@@ -578,6 +638,11 @@ def agent_trainer_class():
 
         def compute_loss(self, model, inputs, *a, **k):
             t0 = time.perf_counter()
+            self.timing["rows"] = self.timing.get("rows", 0) + len(inputs["advantages"])
+            if self.drop_flat_rows and COMPATIBLE and inputs.get("pixel_values") is None and (
+                    rows := trained_rows(inputs)) is not None:
+                inputs = take_rows(inputs, rows)
+            self.timing["trained_rows"] = self.timing.get("trained_rows", 0) + len(inputs["advantages"])
             self._behaviour = (inputs.get("old_per_token_logps"), inputs["completion_mask"]
                                * inputs.get("tool_mask", 1)) if self.off_policy else None
             out = super().compute_loss(model, inputs, *a, **k)

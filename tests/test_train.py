@@ -364,6 +364,69 @@ def test_shared_prefix_forward_matches_trl_logps_and_gradients(tiny, tmp_path, s
         assert torch.allclose(results[True][2][name], g, atol=1e-5, rtol=1e-3), name
 
 
+@pytest.mark.parametrize("micro_batch", [0, 2])
+def test_dropping_flat_rows_leaves_the_gradient_as_it_was(tiny, tmp_path, scripted_batch, micro_batch):
+    """Rollouts whose advantage is exactly 0 left out of the forward and backward (``drop_flat_rows``): the LoRA
+    gradient of TRL's dapo loss is the one every row gives, whether the step runs in one pass or in micro-batches
+    (``micro_batch``: some of them hold only flat rows); a step of only flat rows trains one row and gets a gradient
+    of exactly zero."""
+    import torch
+    from datasets import Dataset
+    from peft import get_peft_model
+
+    from agentlab.models import load_policy
+    from agentlab.train import agent_trainer_class, agentlab_reward, lora_config
+
+    base, tok = load_policy("tiny-random")
+    model = get_peft_model(base, lora_config(4))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    tasks = SPEC.make_tasks("train", 4, seed=9)
+    ids, mask, C = scripted_batch(tok, tasks)  # 8 rows: 4 groups of 2
+    rows = [{"prompt": Renderer(tok, SPEC.env_class).messages(t), "task": t.to_json()} for t in tasks]
+    exp = Experiment(model="tiny-random", precision="fp32", groups_per_step=4, group_size=2, micro_batch=micro_batch)
+    trainer = agent_trainer_class()(model=model, reward_funcs=[agentlab_reward], train_dataset=Dataset.from_list(rows),
+                                    args=grpo_config(exp, tmp_path), processing_class=tok)
+    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
+    model.train()
+    batch = {"prompt_ids": ids[:, :-C], "prompt_mask": mask[:, :-C], "completion_ids": ids[:, -C:],
+             "completion_mask": mask[:, -C:], "num_items_in_batch": mask[:, -C:].sum()}
+    micro = trainer.args.per_device_train_batch_size
+
+    def gradient(advantages: list[float], drop: bool) -> tuple[dict, int]:
+        trainer.drop_flat_rows, trainer.timing = drop, {}
+        model.zero_grad()
+        full = {**batch, "advantages": torch.tensor(advantages)}
+        for start in range(0, len(advantages), micro):  # TRL's micro-batches, gradients accumulated
+            part = {k: v[start:start + micro] if v.dim() else v for k, v in full.items()}
+            trainer.compute_loss(model, part).backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+        return grads, trainer.timing["trained_rows"]
+
+    # groups 0 and 2 flat; the others' advantages do not cancel (a group's two scripted rollouts can be the same)
+    signal = [0.0, 0.0, 0.9, 0.3, 0.0, 0.0, -0.5, 0.2]
+    every, trained_all = gradient(signal, drop=False)
+    dropped, trained = gradient(signal, drop=True)
+    # every row with a signal, and one row of each micro-batch that has none (micro_batch 2: the flat groups' passes)
+    assert (trained_all, trained) == (8, 4 if micro == 8 else 6)
+    scale = max(float(g.abs().max()) for g in every.values())
+    assert scale > 0
+    for name, g in every.items():
+        assert torch.allclose(dropped[name], g, atol=1e-5 * scale, rtol=1e-4), name
+    flat, trained = gradient([0.0] * 8, drop=True)
+    assert trained == (1 if micro == 8 else 8 // micro)  # one row a micro-batch
+    assert not any(bool(g.any()) for g in flat.values())
+
+
+def test_dropping_flat_rows_is_refused_where_a_flat_row_adds_to_the_loss():
+    with pytest.raises(ValueError, match="drop_flat_rows with loss_type='grpo'"):
+        Experiment(drop_flat_rows=True, loss_type="grpo")
+    with pytest.raises(ValueError, match="beta=0.1"):
+        Experiment(drop_flat_rows=True, beta=0.1)
+
+
 def test_nonfinite_gradients_skip_the_update_and_stop_the_run_after_k_in_a_row(tmp_path, monkeypatch):
     """A NaN in the training forward (an overflow, a bad reward path) must not reach the weights: the update is
     skipped (LoRA B stays exactly zero), logged, and K such updates in a row stop the run with a clear error."""
