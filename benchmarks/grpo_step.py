@@ -52,8 +52,8 @@ def make_trainer(kind: str, steps: int, adapter: str | None, tmp: Path, callback
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     spec = load("lookup")
     tasks = spec.make_tasks("train", 64, seed=0)
-    exp = Experiment(name="bench", steps=steps, groups_per_step=2, group_size=4, max_turns=2,
-                     max_new_tokens=48, max_context=1024, eval_every=10_000, **overrides)
+    exp = Experiment(**{"name": "bench", "steps": steps, "groups_per_step": 2, "group_size": 4, "max_turns": 2,
+                        "max_new_tokens": 48, "max_context": 1024, "eval_every": 10_000, **overrides})
     model, tok = load_policy("smollm2-135m")
     if adapter:
         model = PeftModel.from_pretrained(model, adapter, is_trainable=True)

@@ -241,7 +241,8 @@ BY_SCRIPT = {"rl_vs_sft": ("rl_vs_sft", "markdown_table", "rl_vs_sft.json"),
              "engine_agreement": ("engine_agreement", "markdown_table", "engine_agreement.json"),
              "third_party_env": ("third_party_env", "markdown_table", "third_party_env.json"),
              "pass_at_k": ("pass_at_k", "markdown_table", "pass_at_k.json"),
-             "zero_signal": ("zero_signal", "markdown_table", "zero_signal.json")}
+             "zero_signal": ("zero_signal", "markdown_table", "zero_signal.json"),
+             "flat_rows": ("flat_rows", "markdown_table", "flat_rows.json")}
 
 
 def _by_script(script: str, function: str, results: str):

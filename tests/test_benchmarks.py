@@ -199,6 +199,35 @@ def test_the_grpo_step_benchmark_times_the_trainer_users_train_with(tmp_path):
     assert trainer.args.max_steps == exp.steps == 1 and trainer.args.save_strategy == "no"
 
 
+def test_the_flat_rows_projection_weighs_each_steps_training_seconds_by_its_flat_rollouts_tokens(tmp_path):
+    """Per step, the flat groups' share of the tokens after the step's shared prefix, times the step's forward and
+    backward seconds, summed, over the steps' seconds (which hold their generation); a step of only flat groups
+    keeps its shortest rollout; the machines are the seed's sessions'."""
+    from flat_rows import projection
+
+    run = tmp_path / "seed-0"
+    (run / "grpo").mkdir(parents=True)
+    steps = [{"step": 1, "zero_variance_groups": 0.5, "time_forward_s": 10, "time_backward_s": 30,
+              "time_generate_s": 60, "time_step_s": 100},
+             {"step": 2, "zero_variance_groups": 1.0, "time_forward_s": 5, "time_backward_s": 5,
+              "time_generate_s": 40, "time_step_s": 50}]
+    (run / "grpo" / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in steps))
+
+    def episode(step, group, sample, reward, extra):  # 3 prompt tokens shared, then `extra` tokens of its own
+        tokens = {"prompt_ids": [7, 8, 9], "completion_ids": [group * 10 + sample] * extra}
+        return {"step": step, "group": group, "sample": sample, "reward": reward, "failure": None, "tokens": tokens}
+
+    episodes = [episode(1, 0, 0, 1.0, 3), episode(1, 0, 1, 1.0, 3), episode(1, 1, 0, 0.0, 1), episode(1, 1, 1, 1.0, 1),
+                episode(2, 0, 0, 0.0, 2), episode(2, 0, 1, 0.0, 6)]
+    (run / "grpo" / "rollouts.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    (run / "sessions.jsonl").write_text(json.dumps({"cpu_class": "amx"}) + "\n")
+    seed = projection(tmp_path)["seed-0"]
+    assert seed["steps"] == 2 and seed["machines"] == ["amx"] and seed["flat_share"] == 0.75
+    assert seed["forward_backward_share"] == 50 / 150
+    # step 1: the flat group holds 6 of 8 tokens; step 2: all flat, its 2-token rollout still trains: 6 of 8
+    assert seed["saved_share"] == (6 / 8 * 40 + 6 / 8 * 10) / 150
+
+
 def test_a_lesson_pairs_its_two_settings_over_seed_and_task():
     """seed_lessons.py's comparison: pooled over (seed, task), per-seed means, and b − a paired on the same tasks —
     a run whose tasks differ pairs only the shared ones."""
