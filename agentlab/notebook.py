@@ -142,7 +142,9 @@ def notebook_header(stem: str, reads: str = "", timings: str | Path | None = Non
                 else "") for cls, e in sorted(table.items())]
     untimed = [cls for cls in CLASSES if cls not in table]
     parts = ["> **Time, measured:** " + ("; ".join(timed) if timed else "not timed yet")
-             + (f"; not timed on {', '.join(untimed)} (expect several times longer on avx2, fp32)" if untimed else "")
+             + (f"; not timed on {', '.join(untimed)} (" + ("expect several times longer on avx2, fp32" if "avx2" in
+                                                          untimed else "expect several times shorter there, in bf16")
+                + ")" if untimed else "")
              + " — 2 cores, a whole top-to-bottom run."]
     slow, labels = {}, _labels(timings.parent / f"{stem}.ipynb")  # cells as the notebook names them now
     for cls, e in table.items():
@@ -183,8 +185,6 @@ def execute(path: str | Path, timeout: int = 3600, fresh: bool | None = None) ->
     ``fresh``: as :func:`record_timings` (``False``, ``--read-back``: the run read earlier run folders back, so its
     minutes are recorded beside the whole-run ones, not instead of them).
     """
-    import ast
-
     import nbformat
     from nbclient import NotebookClient
 
@@ -194,6 +194,18 @@ def execute(path: str | Path, timeout: int = 3600, fresh: bool | None = None) ->
     drop_progress_widgets(nb)
     nbformat.write(nb, path)
     entry = record_timings(path, fresh=fresh)
+    render_header(path)
+    return entry
+
+
+def render_header(path: str | Path) -> None:
+    """Render a notebook's header cell's output again from ``notebooks/timings.json`` (``execute`` does it after a
+    run; a change to how headers read needs only this)."""
+    import ast
+
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code" and "notebook_header(" in cell.source:
             call = ast.parse(cell.source).body[-1].value  # notebook_header("<stem>", reads="…"): literal arguments
@@ -202,7 +214,6 @@ def execute(path: str | Path, timeout: int = 3600, fresh: bool | None = None) ->
             cell.outputs = [nbformat.v4.new_output("execute_result", data={"text/markdown": text, "text/plain": text},
                                                    execution_count=cell.execution_count)]
     nbformat.write(nb, path)
-    return entry
 
 
 if __name__ == "__main__":

@@ -32,6 +32,9 @@ def test_minutes_and_slow_cells_come_from_the_execution_stamps(tmp_path):
     assert "on amx" in header and "on avx512-bf16" in header and "not timed on avx2" in header
     assert "[1] `# cell 0`" in header and "Reads: runs/quickstart/." in header  # the amx run's one slow cell
     assert "not timed yet" in notebook_header("99_none", timings=timings)
+    record_timings(_executed(tmp_path, [600.0]), machine="avx2", timings=tmp_path / "avx2.json")
+    only_avx2 = notebook_header("07_demo", timings=tmp_path / "avx2.json")
+    assert "not timed on avx512-bf16, amx (expect several times shorter there" in only_avx2, only_avx2
     nb = nbformat.read(path, as_version=4)
     nb.cells[1].source = "import time\nfrom math import pi\ntime.sleep(pi)"
     assert cell_seconds(nb)[0][2] == "time.sleep(pi)"  # named by what it does, not by its imports
