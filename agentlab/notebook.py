@@ -131,6 +131,13 @@ def _labels(path: Path) -> dict[int, str]:
             if c.cell_type == "code"}
 
 
+def _expect(untimed: list[str], timed: list[str]) -> str:
+    """What the untimed classes should expect: avx2 (fp32) runs several times longer than the bf16 classes."""
+    if "avx2" in untimed:
+        return " (expect several times longer on avx2, fp32)"
+    return " (expect several times shorter there, in bf16)" if timed == ["avx2"] else ""
+
+
 def notebook_header(stem: str, reads: str = "", timings: str | Path | None = None) -> str:
     """The line under a notebook's title: its minutes on each machine class it was timed on (and the classes it was
     not), its slow cells, and what it reads from earlier notebooks. Rendered from ``timings`` (written by
@@ -142,9 +149,7 @@ def notebook_header(stem: str, reads: str = "", timings: str | Path | None = Non
                 else "") for cls, e in sorted(table.items())]
     untimed = [cls for cls in CLASSES if cls not in table]
     parts = ["> **Time, measured:** " + ("; ".join(timed) if timed else "not timed yet")
-             + (f"; not timed on {', '.join(untimed)} (" + ("expect several times longer on avx2, fp32" if "avx2" in
-                                                          untimed else "expect several times shorter there, in bf16")
-                + ")" if untimed else "")
+             + (f"; not timed on {', '.join(untimed)}{_expect(untimed, list(table))}" if untimed else "")
              + " — 2 cores, a whole top-to-bottom run."]
     slow, labels = {}, _labels(timings.parent / f"{stem}.ipynb")  # cells as the notebook names them now
     for cls, e in table.items():

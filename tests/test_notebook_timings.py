@@ -35,6 +35,8 @@ def test_minutes_and_slow_cells_come_from_the_execution_stamps(tmp_path):
     record_timings(_executed(tmp_path, [600.0]), machine="avx2", timings=tmp_path / "avx2.json")
     only_avx2 = notebook_header("07_demo", timings=tmp_path / "avx2.json")
     assert "not timed on avx512-bf16, amx (expect several times shorter there" in only_avx2, only_avx2
+    record_timings(_executed(tmp_path, [600.0]), machine="amx", timings=tmp_path / "avx2.json")
+    assert "not timed on avx512-bf16 —" in notebook_header("07_demo", timings=tmp_path / "avx2.json")  # amx says it
     nb = nbformat.read(path, as_version=4)
     nb.cells[1].source = "import time\nfrom math import pi\ntime.sleep(pi)"
     assert cell_seconds(nb)[0][2] == "time.sleep(pi)"  # named by what it does, not by its imports
