@@ -3,6 +3,7 @@ same generated batches: seconds, rows trained, and how far the two gradients are
 
     python benchmarks/flat_rows.py                       # 4 batches of lookup, 4 groups x 4, 2 timed passes a mode
     python benchmarks/flat_rows.py --adapter runs/…/adapter --batches 2 --reps 2
+    python benchmarks/flat_rows.py --end-to-end 2       # two whole quickstart GRPO runs, without and with it
 
 A flat group (every rollout earned the same reward) gets advantages of exactly 0 (with ``skip_zero_signal``, on
 here, also where TRL's float32 mean would leave rounding-sized ones), and under TRL's dapo loss such a row adds
@@ -91,6 +92,44 @@ def measure(args) -> list[dict]:
     return out
 
 
+def end_to_end(seed: int) -> dict:
+    """The quickstart's GRPO from ``zero_signal.py``'s default start (the AVX2 quickstart's SFT choice), TRL's way
+    (``step`` mode), once training every rollout and once with ``drop_flat_rows``, one after the other: the runs'
+    step seconds, rollouts trained and last validation. Rollouts drift apart after the first update (the gradients
+    differ by rounding), so this shows the saving in a real run, not a controlled ratio."""
+    from dataclasses import replace
+
+    import zero_signal as zs
+
+    from agentlab.paths import runs_dir
+    from agentlab.runs import RunDir
+    from agentlab.train import run_grpo
+
+    start_args = SimpleNamespace(sft_lr=1e-3, sft_steps=4, eval_every=4)
+    cmp, start = zs.start_adapter(start_args)
+    splits, scored = cmp.tasks(), zs.scored_start(start)
+    cmp.evaluate(scored, start, splits["validation"], "start")
+    from agentlab.machine import describe
+
+    out = {"start": zs.start_name(start_args), "seed": seed, "machine": describe()}
+    for drop in (False, True):
+        mode = "drop_flat_rows" if drop else "every_row"
+        exp = replace(zs.experiment(start_args, "step", seed), drop_flat_rows=drop,
+                      name=f"flat-rows/{zs.start_name(start_args)}/{mode}/seed-{seed}")
+        run = RunDir(runs_dir() / exp.name)
+        if not run.finished:
+            print(f"[flat-rows] end to end, {mode}, seed {seed}", flush=True)
+            run_grpo(exp, splits["train"], splits["validation"], init_adapter=start, run=run, start_eval=scored)
+        metrics, last = run.metrics(), run.evals()[-1]
+        out[mode] = {"step_s": round(sum(m["time_step_s"] for m in metrics), 1),
+                     "forward_backward_s": round(sum(m["time_forward_s"] + m["time_backward_s"] for m in metrics), 1),
+                     "rollouts": len(metrics) * exp.groups_per_step * exp.group_size,
+                     "trained_rollouts": sum(m["trained_rollouts"] for m in metrics),
+                     "zero_variance_groups": [m["zero_variance_groups"] for m in metrics],
+                     "last_validation": {k: last["success"][k] for k in ("mean", "ci_low", "ci_high")}}
+    return out
+
+
 def _dropped_token_share(episodes: list[dict]) -> float:
     """Of one step's rollouts, the share of the tokens the training forward runs (each row's tokens after the
     step's shared prefix, as ``shared_prefix_logps`` lays them out) that ``drop_flat_rows`` leaves out: the flat
@@ -156,6 +195,18 @@ def markdown_table(d: dict) -> str:
                      + (f"{b['gradient_gap']:.1e} |" if b["gradient_gap"] is not None else "both exactly 0 |"))
     lines += ["", (f"All batches: forward + backward × {d['ratio_all_batches']:.2f} with {d['flat_share']:.0%} of the "
                f"rollouts flat.")]
+    if e2e := d.get("end_to_end"):
+        a, b = e2e["every_row"], e2e["drop_flat_rows"]
+
+        def val(x):
+            v = x["last_validation"]
+            return f"{v['mean']:.2f} [{v['ci_low']:.2f}, {v['ci_high']:.2f}]"
+
+        lines += ["", (f"End to end (`--end-to-end {e2e['seed']}`, {e2e['machine']['cpu_class']}): the quickstart's GRPO "
+                       f"from the start `{e2e['start']}`, one run after the other. Every rollout: {a['step_s']:.0f} s "
+                       f"of steps, {a['forward_backward_s']:.0f} s of them forward + backward, last validation "
+                       f"{val(a)}. With `--drop-flat-rows true`: {b['step_s']:.0f} s, {b['forward_backward_s']:.0f} s, "
+                       f"{b['trained_rollouts']} of {b['rollouts']} rollouts trained, last validation {val(b)}.")]
     if seeds := d.get("doc_search_projection"):
         machines = sorted({c for p in seeds.values() for c in p.get("machines", ())})
         lines += ["", f"Projected for the doc_search study's GRPO runs (their records, {', '.join(machines)}; each "
@@ -181,7 +232,13 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=2, help="timed passes a mode and batch (after one warm-up pair)")
     p.add_argument("--refresh-projection", action="store_true",
                    help="measure nothing: recompute the doc_search projection in the existing results file")
+    p.add_argument("--end-to-end", type=int, metavar="SEED", default=None,
+                   help="instead: two quickstart GRPO runs from zero_signal.py's start, without and with the option")
     a = p.parse_args()
+    if a.end_to_end is not None:
+        result = json.loads((RESULTS / "flat_rows.json").read_text()) | {"end_to_end": end_to_end(a.end_to_end)}
+        print(f"wrote {write_result('flat_rows.json', result)}")
+        return
     if a.refresh_projection:
         result = json.loads((RESULTS / "flat_rows.json").read_text()) | {"doc_search_projection": projection()}
         print(f"wrote {write_result('flat_rows.json', result)}")

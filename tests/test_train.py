@@ -505,12 +505,14 @@ def test_a_run_logs_its_zero_signal_steps_and_skips_them_when_asked(tmp_path):
     base = Experiment(model="tiny-random", env="lookup", steps=1, eval_every=1, eval_tasks=1, groups_per_step=1,
                       group_size=8, max_new_tokens=4, max_turns=1, precision="fp32", lr=1e-2)
 
-    def logged(name: str, reward, skip: bool = True) -> list[tuple]:
-        exp = replace(base, name=name, reward=reward, skip_zero_signal=skip)
+    def logged(name: str, reward, skip: bool = True, drop: bool = False) -> list[tuple]:
+        exp = replace(base, name=name, reward=reward, skip_zero_signal=skip, drop_flat_rows=drop)
         run = run_grpo(exp, train, val, run=RunDir(tmp_path / name))
-        return [(m["zero_signal"], m["skipped_zero_signal_update"]) for m in run.metrics()]
+        return [(m["zero_signal"], m["skipped_zero_signal_update"]) + ((m["trained_rollouts"],) if drop else ())
+                for m in run.metrics()]
 
     assert logged("flat", lambda ep: 0.1) == [(True, True)]
+    assert logged("flat-drop", lambda ep: 0.1, drop=True) == [(True, True, 1)]  # one of eight rollouts trained
     rewards = torch.full((8,), 0.1)  # TRL's advantages for this group, on this CPU
     noise = (rewards - torch.nanmean(rewards.view(-1, 8), dim=1).repeat_interleave(8)) / (nanstd(rewards) + 1e-4)
     assert logged("flat-trl", lambda ep: 0.1, skip=False) == [(not noise.any(), False)]
