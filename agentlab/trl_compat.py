@@ -638,7 +638,6 @@ def agent_trainer_class():
 
         def compute_loss(self, model, inputs, *a, **k):
             t0 = time.perf_counter()
-            self.timing["rows"] = self.timing.get("rows", 0) + len(inputs["advantages"])
             if self.drop_flat_rows and COMPATIBLE and inputs.get("pixel_values") is None and (
                     rows := trained_rows(inputs)) is not None:
                 inputs = take_rows(inputs, rows)

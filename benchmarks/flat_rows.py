@@ -95,12 +95,13 @@ def measure(args) -> list[dict]:
 def end_to_end(seed: int) -> dict:
     """The quickstart's GRPO from ``zero_signal.py``'s default start (the AVX2 quickstart's SFT choice), TRL's way
     (``step`` mode), once training every rollout and once with ``drop_flat_rows``, one after the other: the runs'
-    step seconds, rollouts trained and last validation. Rollouts drift apart after the first update (the gradients
-    differ by rounding), so this shows the saving in a real run, not a controlled ratio."""
+    step seconds, rollouts trained and last validation. The gradients differ by rounding, so the two runs' rollouts
+    may drift apart after the first update: this shows the saving in a real run, not a controlled ratio."""
     from dataclasses import replace
 
     import zero_signal as zs
 
+    from agentlab.machine import describe
     from agentlab.paths import runs_dir
     from agentlab.runs import RunDir
     from agentlab.train import run_grpo
@@ -109,8 +110,6 @@ def end_to_end(seed: int) -> dict:
     cmp, start = zs.start_adapter(start_args)
     splits, scored = cmp.tasks(), zs.scored_start(start)
     cmp.evaluate(scored, start, splits["validation"], "start")
-    from agentlab.machine import describe
-
     out = {"start": zs.start_name(start_args), "seed": seed, "machine": describe()}
     for drop in (False, True):
         mode = "drop_flat_rows" if drop else "every_row"
