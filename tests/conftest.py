@@ -18,6 +18,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[_var] = str(max(1, (os.cpu_count() or 2) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 
+# One cache of derived artefacts (the dequantised SmolLM2, search indexes) for the whole session, fixed before any test
+# points AGENTLAB_DATA at a folder of its own: cache_dir() follows AGENTLAB_DATA, so such a test rebuilt the model's
+# cache from its GGUF (~40 s on 2 AVX2 cores) in its process and in every CLI process it started.
+from agentlab.paths import cache_dir  # after the switches above; imports nothing heavy
+
+os.environ.setdefault("AGENTLAB_CACHE", str(cache_dir()))
+
 
 @pytest.fixture(scope="session")
 def smollm2():

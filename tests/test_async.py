@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -131,7 +130,6 @@ def test_an_async_run_trains_each_step_once_even_when_its_worker_is_killed_minus
 @pytest.mark.slow
 def test_the_trainer_killed_minus_9_resumes_with_every_record_once(tmp_path):
     env = {**os.environ, "AGENTLAB_RUNS": str(tmp_path / "runs"), "AGENTLAB_DATA": str(tmp_path / "data")}
-    env.setdefault("AGENTLAB_CACHE", str(Path(__file__).resolve().parent.parent / "data" / "cache"))
     cli = [sys.executable, "-m", "agentlab.cli"]
     synth = subprocess.run([*cli, "synth", "--train", "8", "--validation", "2", "--test", "4", "--demos", "2"],
                            env=env, capture_output=True, text=True, timeout=300, check=False)

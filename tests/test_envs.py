@@ -1,9 +1,6 @@
 """Bring your own environment: one file outside the package, registered, or an installed package's entry point."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -122,21 +119,19 @@ def test_an_installed_package_entry_point_is_found(tmp_path, monkeypatch):
         envs._REGISTERED.pop("echo", None)
 
 
-def test_the_cli_runs_a_file_environment_end_to_end(echo_file, tmp_path):
-    run_env = {**os.environ, "AGENTLAB_RUNS": str(tmp_path / "runs"), "AGENTLAB_DATA": str(tmp_path / "data")}
+def test_the_cli_runs_a_file_environment_end_to_end(echo_file, tmp_path, capsys, monkeypatch):
+    """envs, synth and eval on a file environment, through `agentlab.cli.main` in this process (the console
+    script's parser and dispatch; `python -m agentlab.cli` itself is run in tests/test_bad_input.py)."""
+    from agentlab.cli import main
 
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "agentlab.cli", *args], capture_output=True, text=True,
-                              env=run_env, timeout=300, check=False)
-
+    monkeypatch.setenv("AGENTLAB_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("AGENTLAB_DATA", str(tmp_path / "data"))
     ref = f"{echo_file}:SPEC"
-    scores = cli("envs", "--env", ref, "--n", "5")
-    assert scores.returncode == 0 and "expert 1.00  random 0.00" in scores.stdout, scores.stderr
-    synth = cli("synth", "--env", ref, "--train", "6", "--validation", "2", "--test", "3", "--demos", "2")
-    assert synth.returncode == 0, synth.stderr
+    assert main(["envs", "--env", ref, "--n", "5"]) == 0
+    assert "expert 1.00  random 0.00" in capsys.readouterr().out
+    assert main(["synth", "--env", ref, "--train", "6", "--validation", "2", "--test", "3", "--demos", "2"]) == 0
     assert (tmp_path / "data" / "tasks" / "echo" / "test.jsonl").exists()
-    out = cli("eval", "--env", ref, "--model", "tiny-random", "--n", "3", "--max-new-tokens", "4", "--name", "e")
-    assert out.returncode == 0, out.stderr[-2000:]
+    assert main(["eval", "--env", ref, "--model", "tiny-random", "--n", "3", "--max-new-tokens", "4", "--name", "e"]) == 0
     summary = json.loads((tmp_path / "runs" / "e" / "summary.json").read_text())
     assert summary["success"]["n"] == 3 and summary["env"] == ref
 

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -90,7 +89,6 @@ TRAIN = ["train", "--name", "resume", "--model", "tiny-random", "--steps", "3", 
 def _synthesised(tmp_path) -> dict:
     """Environment variables of a fresh data and runs folder under ``tmp_path``, with lookup tasks synthesised."""
     env = {**os.environ, "AGENTLAB_RUNS": str(tmp_path / "runs"), "AGENTLAB_DATA": str(tmp_path / "data")}
-    env.setdefault("AGENTLAB_CACHE", str(Path(__file__).resolve().parent.parent / "data" / "cache"))
     synth = _cli(["synth", "--train", "8", "--validation", "2", "--test", "4", "--demos", "2"], env)
     assert synth.wait(timeout=300) == 0, synth.stdout.read()
     return env

@@ -1,9 +1,6 @@
 """TRL-style environment classes (defined here, never in the package) run unchanged, with TRL's semantics."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -188,28 +185,30 @@ def test_held_out_rows_never_train_and_the_hash_split_is_disjoint():
         assert [t.id for t in test] == [t.id for t in few.make_tasks("test", 1000)]  # deterministic
 
 
-def test_the_cli_evaluates_and_trains_a_trl_style_class(tmp_path):
+def test_the_cli_evaluates_and_trains_a_trl_style_class(tmp_path, capsys, monkeypatch):
+    """`agentlab eval` and `agentlab train` on a class from a file and its rows; `sft` refuses in one line. The
+    commands run through `agentlab.cli.main` in this process (the same parser and dispatch as the console script,
+    without three more imports of torch and TRL; `python -m agentlab.cli` itself is run in tests/test_bad_input.py)."""
+    from agentlab.cli import main
+
     (tmp_path / "guess_env.py").write_text(GUESS)
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows(60)))
-    env = {**os.environ, "AGENTLAB_RUNS": str(tmp_path / "runs"), "AGENTLAB_DATA": str(tmp_path / "data")}
+    monkeypatch.setenv("AGENTLAB_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("AGENTLAB_DATA", str(tmp_path / "data"))
     ref, data = f"{tmp_path / 'guess_env.py'}:Guess", str(tmp_path / "rows.jsonl")
 
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "agentlab.cli", *args], capture_output=True, text=True, env=env,
-                              timeout=600, check=False)
-
-    out = cli("eval", "--env", ref, "--tasks", data, "--model", "tiny-random", "--n", "4", "--max-new-tokens", "4",
-              "--name", "guess-eval")
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert main(["eval", "--env", ref, "--tasks", data, "--model", "tiny-random", "--n", "4", "--max-new-tokens", "4",
+                 "--name", "guess-eval"]) == 0
     summary = json.loads((tmp_path / "runs" / "guess-eval" / "summary.json").read_text())
     assert summary["success"]["n"] >= 1 and (tmp_path / "runs" / "guess-eval" / "rollouts.jsonl").exists()
-    out = cli("train", "--env", ref, "--tasks", data, "--model", "tiny-random", "--steps", "1", "--eval-every", "1",
-              "--eval-tasks", "2", "--groups-per-step", "1", "--group-size", "2", "--max-new-tokens", "4",
-              "--name", "guess-grpo")
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert main(["train", "--env", ref, "--tasks", data, "--model", "tiny-random", "--steps", "1", "--eval-every", "1",
+                 "--eval-tasks", "2", "--groups-per-step", "1", "--group-size", "2", "--max-new-tokens", "4",
+                 "--name", "guess-grpo"]) == 0
     assert (tmp_path / "runs" / "guess-grpo" / "DONE").exists()
-    out = cli("sft", "--env", ref, "--tasks", data, "--model", "tiny-random")
-    assert out.returncode == 2 and "has no scripted expert" in out.stderr and "Traceback" not in out.stderr
+    capsys.readouterr()
+    assert main(["sft", "--env", ref, "--tasks", data, "--model", "tiny-random"]) == 2
+    err = capsys.readouterr().err
+    assert "has no scripted expert" in err and "Traceback" not in err
 
 
 def test_envs_lists_a_trl_style_class_built_from_its_rows(tmp_path, capsys):
