@@ -84,7 +84,9 @@ HOMES = {
     "metric_groups": "agentlab.plots",
     # agentlab.quickstart
     "QuickstartConfig": "agentlab.quickstart",
+    "report_spread": "agentlab.quickstart",
     "seed_spread": "agentlab.quickstart",
+    "spread_text": "agentlab.quickstart",
     "run_quickstart": "agentlab.quickstart",
     # agentlab.reward_design
     "episode_advantages": "agentlab.reward_design",

@@ -38,11 +38,14 @@ from agentlab.paths import QUICKSTART_RUN, shown
 from agentlab.runs import RunDir
 
 ARMS = ("sft_best", "grpo", "sft_matched")
-# The quickstart's GRPO stage is one seed. benchmarks/async_grpo.py re-ran exactly that stage (lookup, the quickstart's
-# SFT adapter, 12 steps x 2 prompts x 4 rollouts at T = 1.0) on seeds 0, 1, 2: its synchronous (K = 0) rows are the
-# spread a reader needs beside the one seed. (A verifier-using arm, rft or expert_iteration, would not fit the
-# quickstart: both are given GRPO's training seconds, ~6 min here, plus a test evaluation.)
+# The quickstart's GRPO stage is one seed; the spread a reader needs beside it was measured twice over seeds 0, 1, 2
+# (lookup, 12 steps x 2 prompts x 4 rollouts at T = 1.0): benchmarks/zero_signal.py from named SFT starts on an AVX2
+# machine (its `step` mode is the quickstart's GRPO as it runs), and benchmarks/async_grpo.py's synchronous (K = 0)
+# rows from the AVX-512 quickstart's own start. A run is shown the spread from its own start where one was measured.
+# (A verifier-using arm, rft or expert_iteration, would not fit the quickstart: both are given GRPO's training
+# seconds, ~6 min here, plus a test evaluation.)
 SEED_SPREAD = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "async_grpo.json"
+STARTS_SPREAD = SEED_SPREAD.parent / "zero_signal.json"
 
 
 def _grpo_default() -> Experiment:
@@ -70,14 +73,27 @@ class QuickstartConfig(CompareConfig):
                          "groups_per_step": 1, "group_size": 2, "eval_every": 1, "max_new_tokens": 8, **overrides})
 
 
-def seed_spread(cfg: CompareConfig, path: Path = SEED_SPREAD) -> dict | None:
-    """Validation success of this GRPO stage at its start and last checkpoint over three training seeds, as
-    ``benchmarks/async_grpo.py`` measured it synchronously, when its setting is ``cfg``'s (else, or without the
-    file, ``None``): ``{"seeds": {seed: last}, "start", "steps", "machine", "commit", "source"}``."""
+def seed_spread(cfg: CompareConfig, start: dict | None = None, path: Path = SEED_SPREAD,
+                starts: Path = STARTS_SPREAD) -> dict | None:
+    """Validation success of this GRPO stage at its start and last checkpoint over three training seeds, where that
+    setting was measured (else ``None``): ``{"seeds": {seed: last}, "start", "steps", "machine", "commit", "source",
+    "same_start"}``. ``start`` (``{"lr", "steps", "cpu_class"}``: the SFT choice GRPO began from, and the machine
+    class, whose arithmetic made that choice) picks runs from exactly that start (``same_start``); without one
+    measured there, the runs from the AVX-512 quickstart's start (``benchmarks/async_grpo.py``)."""
+    g = cfg.grpo
+    if start and starts.exists():
+        s = json.loads(starts.read_text())["starts"].get(f"sft-lr={start['lr']:g}-steps={start['steps']}")
+        stage = (g.env, g.lr, g.groups_per_step, g.group_size, g.steps, g.temperature)
+        if s and s["machine"].get("cpu_class") == start.get("cpu_class") and stage == tuple(
+                s["grpo"][k] for k in ("env", "lr", "groups_per_step", "group_size", "steps", "temperature")):
+            return {"seeds": {seed: round(r["validation"][-1]["mean"], 4) for seed, r in sorted(s["runs"]["step"].items())},
+                    "start": round(s["start_validation"]["mean"], 4), "steps": g.steps,
+                    "machine": s["machine"]["cpu_class"], "commit": s["machine"].get("commit"),
+                    "source": "benchmarks/results/zero_signal.json", "same_start": True}
     if not path.exists():
         return None
     r = json.loads(path.read_text())
-    c, g = r["config"], cfg.grpo
+    c = r["config"]
     if (c["env"], c["steps"], c["groups_per_step"], c["group_size"]) != (g.env, g.steps, g.groups_per_step,
                                                                         g.group_size) or "0" not in r["per_k"]:
         return None
@@ -86,7 +102,24 @@ def seed_spread(cfg: CompareConfig, path: Path = SEED_SPREAD) -> dict | None:
     return {"seeds": {seed: round(v[-1]["success"], 4) for seed, v in curves.items()},
             "start": round(next(iter(curves.values()))[0]["success"], 4), "steps": c["steps"],
             "machine": r["machine"].get("cpu_class"), "commit": r["machine"].get("commit"),
-            "source": "benchmarks/results/async_grpo.json"}
+            "source": "benchmarks/results/async_grpo.json", "same_start": False}
+
+
+def report_spread(report: dict) -> dict | None:
+    """:func:`seed_spread` for a finished quickstart's ``report.json``: its setting, its SFT choice, its machine."""
+    cfg = QuickstartConfig.of(**{k: v for k, v in report["config"].items() if k != "name"})
+    start = {"lr": report["sft"]["lr"], "steps": report["sft"]["steps"],
+             "cpu_class": report["machine"].get("cpu_class")}
+    return seed_spread(cfg, start)
+
+
+def spread_text(spread: dict) -> str:
+    """One clause for a reader: ``"the same GRPO stage from this run's SFT start ended at validation 0.00 / 0.75 /
+    0.71 on seeds 0, 1, 2 (from 0.23; `benchmarks/results/zero_signal.json`, avx2)"``."""
+    whence = "this run's SFT start" if spread["same_start"] else f"the quickstart's SFT start on {spread['machine']}"
+    return (f"the same GRPO stage from {whence} ended at validation "
+            f"{' / '.join(f'{v:.2f}' for v in spread['seeds'].values())} on seeds {', '.join(spread['seeds'])} "
+            f"(from {spread['start']:.2f}; `{spread['source']}`, {spread['machine']})")
 
 
 def _peak_rss_gb() -> float:
@@ -131,6 +164,7 @@ def _report(cfg: QuickstartConfig, base: dict, result: dict, run: RunDir) -> dic
                "sft_search": total("sft_best_"), "grpo": seconds.get("grpo", 0.0),
                "sft_matched": seconds.get("sft_matched", 0.0),
                "test_evals": round(total("test_") - seconds.get("test_base", 0.0), 1)}
+    machine = describe()
     return {
         "title": f"{cfg.model} on {cfg.env}, regime {cfg.regime}: base → SFT (lr {sft['lr']:g}, {sft['steps']} "
                  f"steps, chosen on validation) → GRPO (checkpoint {grpo['step']} of {cfg.grpo.steps}); SFT "
@@ -145,11 +179,12 @@ def _report(cfg: QuickstartConfig, base: dict, result: dict, run: RunDir) -> dic
         "rollouts": {stage: run.rel(run.path / "test" / arm / "rollouts.jsonl") for stage, arm in
                      (("base", "base"), ("sft", "sft_best"), ("grpo", "grpo"), ("sft_matched", "sft_matched"))},
         "choices": choices, "tried": result["tried"],
-        "one_seed": {"seed": cfg.seed, "grpo_spread": seed_spread(cfg)},  # GRPO's result is one draw: its spread
+        "one_seed": {"seed": cfg.seed, "grpo_spread": seed_spread(  # GRPO's result is one draw: its spread
+            cfg, {"lr": sft["lr"], "steps": sft["steps"], "cpu_class": machine.get("cpu_class")})},
         # Each stage's seconds are recorded once, when it ran: their sum is the run's time even when resumed.
         "timings_s": timings, "total_s": round(sum(timings.values()), 1),
         "seconds": seconds, "peak_rss_gb": round(_peak_rss_gb(), 2),
-        "machine": describe(),
+        "machine": machine,
         "config": cfg.to_config(),
     }
 
@@ -164,11 +199,7 @@ def _print_report(report: dict, run: RunDir) -> None:
         print(f"GRPO - {k} (paired over the same tasks): {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]")
     spread = report["one_seed"]["grpo_spread"]
     print(f"one seed ({report['one_seed']['seed']}): GRPO's row is one draw", end="")
-    if spread:
-        print(f"; the same stage from the same kind of start ended at validation "
-              f"{' / '.join(f'{v:.2f}' for v in spread['seeds'].values())} on seeds {', '.join(spread['seeds'])} "
-              f"(from {spread['start']:.2f}; {spread['source']}, {spread['machine']})", end="")
-    print()
+    print(f"; {spread_text(spread)}" if spread else "")
     print("stage times: " + ", ".join(f"{k} {v:.0f}s" for k, v in report["timings_s"].items()))
     print(f"peak RSS {report['peak_rss_gb']:.1f} GB, total {report['total_s']:.0f} s, "
           f"precision {report['machine'].get('precision', 'fp32')}")

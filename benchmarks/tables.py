@@ -75,13 +75,11 @@ def quickstart() -> str:
             f"{_ci(matched)} | {_diff(r['grpo_minus_sft_matched'])} |"),
             (f"| GRPO, {cfg['grpo_steps']} steps × {cfg['groups_per_step']} prompts × {cfg['group_size']} rollouts "
             f"from that SFT (checkpoint {grpo['step']} chosen on validation) | {_ci(grpo)} | |")]
-    from agentlab.quickstart import QuickstartConfig, seed_spread
+    from agentlab.quickstart import report_spread, spread_text
 
-    spread = seed_spread(QuickstartConfig.of(**{k: v for k, v in cfg.items() if k != "name"}))
-    if spread:
-        rows += ["", (f"GRPO's row is one seed. The same stage from the same start on seeds {', '.join(spread['seeds'])} "
-                      f"ended at validation {' / '.join(f'{v:.2f}' for v in spread['seeds'].values())} (from "
-                      f"{spread['start']:.2f}; `{spread['source']}`, {spread['machine']}).")]
+    if spread := report_spread(r):
+        text = spread_text(spread)
+        rows += ["", f"GRPO's row is one seed: {text}."]
     return "\n".join(rows + [line for other in sorted(RESULTS.glob("quickstart_*.json"))
                               if (line := quickstart_elsewhere(r, _read(other.name), other.name))])
 
@@ -90,13 +88,16 @@ def quickstart_elsewhere(ref: dict, r: dict, name: str) -> str:
     """A line under the quickstart table for the same command run on another machine class (``quickstart_<class>.json``,
     that run's ``report.json``): its minutes, what it chose, and its rows beside the table's. Numerics differ with
     the precision (bf16 against fp32), so the same seed need not land on the same figures."""
+    from agentlab.quickstart import report_spread, spread_text
+
     if r.get("config") != ref["config"]:
         return ""  # another configuration (or not a quickstart report): not the same command
     rows = " / ".join(f"{r[k]['success']:.3f}" for k in ("base", "sft", "sft_matched", "grpo"))
     return (f"\n\nThe same command on {_machine(r['machine'])} (commit {r['machine'].get('commit', '?')}, `{name}`): "
             f"{r['total_s'] / 60:.0f} min of stages against the table's {ref['total_s'] / 60:.0f}; SFT chose lr "
             f"{r['sft']['lr']:g} × {r['sft']['steps']} steps, GRPO checkpoint {r['grpo']['step']}; test success base / "
-            f"SFT / SFT continued / GRPO {rows}, GRPO − SFT {_diff(r['grpo_minus_sft'])}.")
+            f"SFT / SFT continued / GRPO {rows}, GRPO − SFT {_diff(r['grpo_minus_sft'])}"
+            + (f"; {spread_text(spread)}." if (spread := report_spread(r)) and spread["same_start"] else "."))
 
 
 def rl_vs_sft_seed0() -> str:

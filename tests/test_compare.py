@@ -333,7 +333,7 @@ def test_the_quickstart_is_a_comparison_with_other_defaults_not_a_copy_of_its_fi
 def test_the_quickstart_report_shows_its_grpo_stage_spread_over_seeds_where_it_was_measured(tmp_path):
     import json
 
-    from agentlab.quickstart import SEED_SPREAD, QuickstartConfig, seed_spread
+    from agentlab.quickstart import SEED_SPREAD, QuickstartConfig, seed_spread, spread_text
 
     measured = json.loads(SEED_SPREAD.read_text())["per_k"]["0"]["per_seed"]
     spread = seed_spread(QuickstartConfig())
@@ -341,4 +341,26 @@ def test_the_quickstart_report_shows_its_grpo_stage_spread_over_seeds_where_it_w
     assert len(spread["seeds"]) >= 3 and spread["steps"] == QuickstartConfig().grpo.steps
     # another GRPO setting, or no results file: no spread is claimed for it
     assert seed_spread(QuickstartConfig.of(grpo_steps=6)) is None
-    assert seed_spread(QuickstartConfig(), tmp_path / "missing.json") is None
+    assert seed_spread(QuickstartConfig(), path=tmp_path / "missing.json") is None
+    assert not spread["same_start"] and "the quickstart's SFT start on" in spread_text(spread)
+
+
+def test_a_quickstart_is_shown_the_spread_from_its_own_start_where_it_was_measured():
+    """The AVX2 quickstart's SFT search chose lr 1e-3 x 4 steps, a start benchmarks/zero_signal.py ran GRPO from on
+    three seeds there: that spread, not the one from the AVX-512 quickstart's other start (which the report called
+    'the same start')."""
+    import json
+
+    from agentlab.quickstart import STARTS_SPREAD, QuickstartConfig, report_spread, seed_spread, spread_text
+
+    report = json.loads((STARTS_SPREAD.parent / "quickstart_avx2.json").read_text())
+    measured = json.loads(STARTS_SPREAD.read_text())["starts"]["sft-lr=0.001-steps=4"]
+    spread = report_spread(report)
+    assert spread["same_start"] and spread["source"].endswith("zero_signal.json") and spread["machine"] == "avx2"
+    assert spread["seeds"] == {s: round(r["validation"][-1]["mean"], 4) for s, r in measured["runs"]["step"].items()}
+    assert spread["start"] == round(report["choices"]["sft_best"]["validation"]["success"], 4)  # the same adapter's
+    assert "from this run's SFT start" in spread_text(spread)
+    # the same start on another machine class, or another GRPO setting: not the same start
+    for start, cfg in (({"lr": 1e-3, "steps": 4, "cpu_class": "amx"}, QuickstartConfig()),
+                       ({"lr": 1e-3, "steps": 4, "cpu_class": "avx2"}, QuickstartConfig.of(grpo_lr=1e-4))):
+        assert not (seed_spread(cfg, start) or {"same_start": False})["same_start"]
