@@ -161,12 +161,8 @@ def test_executing_a_notebook_drops_progress_bar_widgets_and_keeps_the_others():
     assert drop_progress_widgets(nb) == 1 and leaks(nb) == [] and len(nb.cells[0].outputs) == 2
 
 
-# Notebooks committed before the tutorial pass re-executes them with the notebook setup call; each leaves this list
-# when it is re-executed clean (strict, as above).
-NOT_YET_CLEAN = {"09_hints_and_scaffolds"}
-
-
-@pytest.mark.parametrize("path", notebooks_but(NOT_YET_CLEAN, "not re-executed yet"))
+# Every committed notebook, since each was re-executed with the notebook setup call (strict, as above).
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_committed_notebook_outputs_leak_no_machine_path_warning_or_unfollowable_reference(path):
     found = leaks(nbformat.read(path, as_version=4))
     assert not found, "\n".join(f"cell {i}: {what} {text!r}" for i, what, text in found)
