@@ -26,6 +26,19 @@ from agentlab.paths import cache_dir  # after the switches above; imports nothin
 os.environ.setdefault("AGENTLAB_CACHE", str(cache_dir()))
 
 
+@pytest.fixture(autouse=True)
+def _registry_restored():
+    """Environments a test registers (by name, or by loading a file reference) leave with it: the reliability test's
+    ``lookup-faulty-tool-0.5`` stayed registered in its worker, and a later in-process ``agentlab envs``, which
+    scores every registered name, crashed on its injected faults."""
+    from agentlab import envs
+
+    before = dict(envs._REGISTERED)
+    yield
+    envs._REGISTERED.clear()
+    envs._REGISTERED.update(before)
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     from agentlab.models import load_policy
