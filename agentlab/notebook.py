@@ -17,6 +17,7 @@ import json
 import os
 import random
 import re
+import time
 from datetime import date, datetime
 from pathlib import Path
 
@@ -180,6 +181,38 @@ def drop_progress_widgets(nb) -> int:
     return dropped
 
 
+def notebook_client(nb, folder: Path, timeout: int, **options):
+    """nbclient's ``NotebookClient`` for ``nb``, run from ``folder`` (``options``: its other settings and hooks),
+    that waits for each cell's reply in one-second polls up to ``timeout`` instead of one poll of it: after a cell
+    that opens widgets (notebook 08's rollout explorer) the reply sometimes came only when that one poll ran out —
+    600 s of the smoke tests' 600, the kernel idle all along (nbclient issue #312, open upstream)."""
+    from nbclient import NotebookClient
+
+    client = NotebookClient(nb, timeout=timeout, resources={"metadata": {"path": str(folder)}}, **options)
+    client.on_notebook_start = lambda **_: _poll_in_slices(client.kc.shell_channel)
+    return client
+
+
+def _poll_in_slices(channel, every: float = 1.0) -> None:
+    """Replace an async kernel channel's ``get_msg(timeout)`` with polls of at most ``every`` seconds up to the same
+    deadline (``Empty`` once it passes, as before)."""
+    from queue import Empty
+
+    get = channel.get_msg
+
+    async def get_msg(timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = every if deadline is None else min(every, max(0.0, deadline - time.monotonic()))
+            try:
+                return await get(timeout=left)
+            except Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+    channel.get_msg = get_msg
+
+
 def execute(path: str | Path, timeout: int = 3600, fresh: bool | None = None) -> dict:
     """Run a notebook top to bottom in place (from its own folder), record its minutes (:func:`record_timings`), and
     render its header cell again from them, so the header states the run it sits on. Returns the timing entry.
@@ -191,11 +224,10 @@ def execute(path: str | Path, timeout: int = 3600, fresh: bool | None = None) ->
     minutes are recorded beside the whole-run ones, not instead of them).
     """
     import nbformat
-    from nbclient import NotebookClient
 
     path = Path(path).resolve()
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=timeout, record_timing=True, resources={"metadata": {"path": str(path.parent)}}).execute()
+    notebook_client(nb, path.parent, timeout, record_timing=True).execute()
     drop_progress_widgets(nb)
     nbformat.write(nb, path)
     entry = record_timings(path, fresh=fresh)

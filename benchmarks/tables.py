@@ -78,8 +78,7 @@ def quickstart() -> str:
     from agentlab.quickstart import report_spread, spread_text
 
     if spread := report_spread(r):
-        text = spread_text(spread)
-        rows += ["", f"GRPO's row is one seed: {text}."]
+        rows += ["", f"GRPO's row is one seed: {spread_text(spread)}."]
     return "\n".join(rows + [line for other in sorted(RESULTS.glob("quickstart_*.json"))
                               if (line := quickstart_elsewhere(r, _read(other.name), other.name))])
 

@@ -73,8 +73,7 @@ ECHO = textwrap.dedent('''
 def echo_file(tmp_path):
     path = tmp_path / "echo_env.py"
     path.write_text(ECHO)
-    yield path
-    envs._REGISTERED.pop("echo", None)
+    return path  # what loading it registers leaves with the test (conftest)
 
 
 def test_a_file_reference_loads_and_registers_its_spec(echo_file):
@@ -102,7 +101,6 @@ def test_register_takes_a_spec_and_protects_shipped_names(echo_file):
     assert envs.register(replace(spec, name="echo2")) is envs.load("echo2")
     with pytest.raises(ValueError, match="shipped environment"):
         envs.register(replace(spec, name="lookup"))
-    envs._REGISTERED.pop("echo2")
 
 
 def test_an_installed_package_entry_point_is_found(tmp_path, monkeypatch):
@@ -112,11 +110,8 @@ def test_an_installed_package_entry_point_is_found(tmp_path, monkeypatch):
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: echo-pkg\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[agentlab.envs]\necho = echo_pkg_env:SPEC\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    try:
-        assert "echo" in envs.names()
-        assert envs.load("echo").name == "echo"
-    finally:
-        envs._REGISTERED.pop("echo", None)
+    assert "echo" in envs.names()
+    assert envs.load("echo").name == "echo"
 
 
 def test_the_cli_runs_a_file_environment_end_to_end(echo_file, tmp_path, capsys, monkeypatch):

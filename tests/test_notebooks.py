@@ -6,32 +6,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+
+from agentlab.notebook import notebook_client
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-
-
-def _poll_shell_in_slices(channel, every: float = 1.0) -> None:
-    """Wait for a shell reply in one-second polls up to the cell's timeout, not in one poll of it: after a cell that
-    opens widgets (08's rollout explorer) the reply sometimes came only when a 600 s poll timed out (the kernel's
-    stacks showed it idle; nbclient issue #312, unfixed upstream): notebook 08 sat 600 s in two full suites."""
-    import asyncio
-    from queue import Empty
-
-    get = channel.get_msg
-
-    async def get_msg(timeout=None):
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = every if deadline is None else min(every, max(0.0, deadline - time.monotonic()))
-            try:
-                msg = get(timeout=left)
-                return await msg if asyncio.iscoroutine(msg) else msg
-            except Empty:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise
-
-    channel.get_msg = get_msg
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -56,10 +34,7 @@ def test_notebook_runs_in_smoke_mode(path, tmp_path, monkeypatch):
     nb.cells.insert(0, nbformat.v4.new_code_cell(
         f"import faulthandler\nfaulthandler.dump_traceback_later(120, repeat=True, file=open({str(stacks)!r}, 'w'))"))
     t0 = time.perf_counter()
-    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}},
-                            on_cell_start=start, on_cell_executed=done)
-    client.on_notebook_start = lambda **_: _poll_shell_in_slices(client.kc.shell_channel)
-    client.execute()
+    notebook_client(nb, path.parent, 600, kernel_name="python3", on_cell_start=start, on_cell_executed=done).execute()
     nb.cells.pop(0)
     if time.perf_counter() - t0 > 120:  # a smoke run takes seconds; say where a slow one spent its time
         where = stacks.read_text()[-4000:] if stacks.exists() else ""
