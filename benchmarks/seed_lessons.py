@@ -96,6 +96,11 @@ def machines(run: Path) -> list[str]:
     return list(dict.fromkeys(f"{r['cpu_class']}/{r['precision']}" for r in read_jsonl(run / "sessions.jsonl")[0]))
 
 
+def finished(folder: Path) -> list[int]:
+    """The seeds whose run under ``folder`` (one setting's ``seed-<k>`` folders) has finished, ascending."""
+    return sorted(int(p.name.removeprefix("seed-")) for p in folder.glob("seed-*") if (p / "DONE").exists())
+
+
 def run_metrics(run: Path) -> dict:
     """A finished run's last validation checkpoint (per-task metrics), its training side and its machines."""
     from agentlab.evals import read_rollouts
@@ -212,7 +217,7 @@ def main(argv=None) -> int:
     train, val = load_tasks(start / "tasks" / "train.jsonl"), load_tasks(start / "tasks" / "validation.jsonl")
     settings = list(dict.fromkeys(s for lesson in a.lessons for s in LESSONS[lesson]))
     runs: dict[str, dict[int, dict]] = {s: {} for s in settings}
-    for seed in a.seeds:  # seed-major: each finished seed completes every lesson's pair, read before the next starts
+    for seed in a.seeds:  # seed-major: each finished seed completes every lesson's pair before the next starts
         for setting in settings:
             exp = experiment(start, setting, seed)
             folder = runs_dir() / exp.name
@@ -220,8 +225,10 @@ def main(argv=None) -> int:
                 print(f"[{setting} seed {seed}] {STEPS} GRPO steps from {adapter.parent.name}/{adapter.name}", flush=True)
                 log_session(folder)
                 run_grpo(exp, train, val, init_adapter=adapter, start_eval=scored)
-            if (folder / "DONE").exists():
-                runs[setting][seed] = run_metrics(folder)
+    for setting in settings:  # every finished seed, not only this call's: `--seeds 2` must not drop seeds 0 and 1
+        folder = (runs_dir() / experiment(start, setting, 0).name).parent
+        for seed in finished(folder):
+            runs[setting][seed] = run_metrics(folder / f"seed-{seed}")
     path = RESULTS / "seed_systems.json"
     out = json.loads(path.read_text()) if path.exists() else {}
     lessons = out.setdefault("lessons", {})

@@ -266,6 +266,19 @@ def test_a_lesson_run_records_the_machine_each_of_its_sessions_ran_on(tmp_path):
     assert machines(run) == [f"{cpu_class()}/{resolve('auto')}"]
 
 
+def test_the_lessons_read_back_every_finished_seed_whichever_seeds_a_call_trains(tmp_path):
+    """seed_lessons.finished: the seeds with a finished run (``DONE``) under a setting's folder, ascending — what
+    main() gathers, so ``--seeds 2`` cannot drop seeds 0 and 1 from the JSON; an unfinished run is left out."""
+    from seed_lessons import finished
+
+    assert finished(tmp_path / "absent") == []
+    for seed, done in ((10, True), (0, True), (1, False), (2, True)):
+        (tmp_path / f"seed-{seed}").mkdir()
+        if done:
+            (tmp_path / f"seed-{seed}" / "DONE").write_text("")
+    assert finished(tmp_path) == [0, 2, 10]
+
+
 def test_the_lessons_table_renders_each_finished_lesson_from_the_json():
     """Only lessons in the JSON get a row, in LESSONS' order, with both settings' pooled means, the paired difference
     (bold only where its CI excludes 0) and each setting's mean last-step entropy."""
