@@ -98,7 +98,9 @@ def machines(run: Path) -> list[str]:
 
 def finished(folder: Path) -> list[int]:
     """The seeds whose run under ``folder`` (one setting's ``seed-<k>`` folders) has finished, ascending."""
-    return sorted(int(p.name.removeprefix("seed-")) for p in folder.glob("seed-*") if (p / "DONE").exists())
+    from agentlab.runs import RunDir
+
+    return sorted(int(p.name.removeprefix("seed-")) for p in folder.glob("seed-*") if RunDir(p.resolve()).finished)
 
 
 def run_metrics(run: Path) -> dict:
@@ -191,6 +193,7 @@ def markdown_table(out: dict) -> str:
 def main(argv=None) -> int:
     from agentlab.compare import search_validation
     from agentlab.paths import runs_dir
+    from agentlab.runs import RunDir
     from agentlab.synth import load_tasks
     from agentlab.train import run_grpo
 
@@ -221,7 +224,7 @@ def main(argv=None) -> int:
         for setting in settings:
             exp = experiment(start, setting, seed)
             folder = runs_dir() / exp.name
-            if not a.gather_only and (a.only is None or setting in a.only) and not (folder / "DONE").exists():
+            if not a.gather_only and (a.only is None or setting in a.only) and not RunDir(exp.name).finished:
                 print(f"[{setting} seed {seed}] {STEPS} GRPO steps from {adapter.parent.name}/{adapter.name}", flush=True)
                 log_session(folder)
                 run_grpo(exp, train, val, init_adapter=adapter, start_eval=scored)
