@@ -7,6 +7,8 @@ Which engine is faster depends on the CPU, not on the code: 200 greedy ``lookup`
 torch and 105 s with llama.cpp on an AVX-512 EPYC in bf16, but 211 s against 141 s on the same machine in fp32 (and
 54.5 s against 156.5 s on an Intel Xeon with AMX in an earlier session). On AVX2-only EPYCs (fp32) llama.cpp was faster
 on both hosts measured, by a margin that moves with the host: 221.6 s against 201.0 s in `engine_agreement.json`, 406 s against 260 s on an earlier host.
+On an Intel Xeon with AVX-512 but no bf16 instructions (class ``avx512``, so fp32) llama.cpp too: 224.5 s against
+196.7 s.
 ``MEASURED`` holds what ``benchmarks/engine_agreement.py`` measured per machine class and precision (a test holds it
 to ``benchmarks/results/engine_agreement.json``; run that script on a new class of machine and copy its seconds
 here). llama.cpp is chosen only where it is installed and measured faster by more than ``MARGIN``: torch is the
@@ -23,6 +25,7 @@ MEASURED = {
     "avx512-bf16/bf16": {"torch": 103.0, "llama_cpp": 104.9},
     "avx512-bf16/fp32": {"torch": 210.8, "llama_cpp": 141.0},
     "avx2/fp32": {"torch": 221.6, "llama_cpp": 201.0},
+    "avx512/fp32": {"torch": 224.5, "llama_cpp": 196.7},
 }
 
 
