@@ -77,14 +77,21 @@ def seed_spread(cfg: CompareConfig, start: dict | None = None, path: Path = SEED
                 starts: Path = STARTS_SPREAD) -> dict | None:
     """Validation success of this GRPO stage at its start and last checkpoint over three training seeds, where that
     setting was measured (else ``None``): ``{"seeds": {seed: last}, "start", "steps", "machine", "commit", "source",
-    "same_start"}``. ``start`` (``{"lr", "steps", "cpu_class"}``: the SFT choice GRPO began from, and the machine
-    class, whose arithmetic made that choice) picks runs from exactly that start (``same_start``); without one
-    measured there, the runs from the AVX-512 quickstart's start (``benchmarks/async_grpo.py``)."""
+    "same_start"}``. ``start`` (``{"lr", "steps", "precision", "validation": {"success", "n"}}``: the SFT choice
+    GRPO began from, the arithmetic that trained it and its validation figure) picks runs from exactly that start
+    (``same_start``): the same setting in the same precision, scoring the same on validation. The machine class is
+    not part of it: in fp32 an AVX-512 Xeon's quickstart reproduced an AVX2 EPYC's, every validation point of the
+    SFT grid and of GRPO and every test figure (``quickstart_avx512.json``, ``quickstart_avx2.json``); in bf16 the
+    classes' kernels differ. Without a start measured, the runs from the AVX-512 quickstart's start
+    (``benchmarks/async_grpo.py``)."""
     g = cfg.grpo
     if start and starts.exists():
         s = json.loads(starts.read_text())["starts"].get(f"sft-lr={start['lr']:g}-steps={start['steps']}")
         stage = (g.env, g.lr, g.groups_per_step, g.group_size, g.steps, g.temperature)
-        if s and s["machine"].get("cpu_class") == start.get("cpu_class") and stage == tuple(
+        same = s and s["machine"].get("precision") == start.get("precision") and (
+            round(s["start_validation"]["mean"], 4), s["start_validation"]["n"]) == (
+            round(start["validation"]["success"], 4), start["validation"]["n"])
+        if same and stage == tuple(
                 s["grpo"][k] for k in ("env", "lr", "groups_per_step", "group_size", "steps", "temperature")):
             return {"seeds": {seed: round(r["validation"][-1]["mean"], 4) for seed, r in sorted(s["runs"]["step"].items())},
                     "start": round(s["start_validation"]["mean"], 4), "steps": g.steps,
@@ -108,15 +115,19 @@ def seed_spread(cfg: CompareConfig, start: dict | None = None, path: Path = SEED
 def report_spread(report: dict) -> dict | None:
     """:func:`seed_spread` for a finished quickstart's ``report.json``: its setting, its SFT choice, its machine."""
     cfg = QuickstartConfig.of(**{k: v for k, v in report["config"].items() if k != "name"})
-    start = {"lr": report["sft"]["lr"], "steps": report["sft"]["steps"],
-             "cpu_class": report["machine"].get("cpu_class")}
-    return seed_spread(cfg, start)
+    return seed_spread(cfg, _start(report["choices"]["sft_best"], report["machine"]))
+
+
+def _start(sft: dict, machine: dict) -> dict:
+    """What :func:`seed_spread` matches a start by: the SFT choice's setting, precision and validation figure."""
+    return {"lr": sft["lr"], "steps": sft["steps"], "precision": machine.get("precision"),
+            "validation": {k: sft["validation"][k] for k in ("success", "n")}}
 
 
 def spread_text(spread: dict) -> str:
-    """One clause for a reader: ``"the same GRPO stage from this run's SFT start ended at validation 0.00 / 0.75 /
+    """One clause for a reader: ``"the same GRPO stage from the same SFT start ended at validation 0.00 / 0.75 /
     0.71 on seeds 0, 1, 2 (from 0.23; `benchmarks/results/zero_signal.json`, avx2)"``."""
-    whence = "this run's SFT start" if spread["same_start"] else f"the quickstart's SFT start on {spread['machine']}"
+    whence = "the same SFT start" if spread["same_start"] else f"the quickstart's SFT start on {spread['machine']}"
     return (f"the same GRPO stage from {whence} ended at validation "
             f"{' / '.join(f'{v:.2f}' for v in spread['seeds'].values())} on seeds {', '.join(spread['seeds'])} "
             f"(from {spread['start']:.2f}; `{spread['source']}`, {spread['machine']})")
@@ -179,8 +190,7 @@ def _report(cfg: QuickstartConfig, base: dict, result: dict, run: RunDir) -> dic
         "rollouts": {stage: run.rel(run.path / "test" / arm / "rollouts.jsonl") for stage, arm in
                      (("base", "base"), ("sft", "sft_best"), ("grpo", "grpo"), ("sft_matched", "sft_matched"))},
         "choices": choices, "tried": result["tried"],
-        "one_seed": {"seed": cfg.seed, "grpo_spread": seed_spread(  # GRPO's result is one draw: its spread
-            cfg, {"lr": sft["lr"], "steps": sft["steps"], "cpu_class": machine.get("cpu_class")})},
+        "one_seed": {"seed": cfg.seed, "grpo_spread": seed_spread(cfg, _start(sft, machine))},  # one draw: its spread
         # Each stage's seconds are recorded once, when it ran: their sum is the run's time even when resumed.
         "timings_s": timings, "total_s": round(sum(timings.values()), 1),
         "seconds": seconds, "peak_rss_gb": round(_peak_rss_gb(), 2),

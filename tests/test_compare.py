@@ -359,8 +359,29 @@ def test_a_quickstart_is_shown_the_spread_from_its_own_start_where_it_was_measur
     assert spread["same_start"] and spread["source"].endswith("zero_signal.json") and spread["machine"] == "avx2"
     assert spread["seeds"] == {s: round(r["validation"][-1]["mean"], 4) for s, r in measured["runs"]["step"].items()}
     assert spread["start"] == round(report["choices"]["sft_best"]["validation"]["success"], 4)  # the same adapter's
-    assert "from this run's SFT start" in spread_text(spread)
-    # the same start on another machine class, or another GRPO setting: not the same start
-    for start, cfg in (({"lr": 1e-3, "steps": 4, "cpu_class": "amx"}, QuickstartConfig()),
-                       ({"lr": 1e-3, "steps": 4, "cpu_class": "avx2"}, QuickstartConfig.of(grpo_lr=1e-4))):
+    assert "from the same SFT start" in spread_text(spread)
+    # the same setting in bf16, scoring otherwise on validation, or another GRPO setting: not the same start
+    same = {"lr": 1e-3, "steps": 4, "precision": "fp32", "validation": {"success": 11 / 48, "n": 48}}
+    assert seed_spread(QuickstartConfig(), same)["same_start"]
+    for start, cfg in (({**same, "precision": "bf16"}, QuickstartConfig()),
+                       ({**same, "validation": {"success": 12 / 48, "n": 48}}, QuickstartConfig()),
+                       ({**same, "validation": {"success": 11 / 48, "n": 40}}, QuickstartConfig()),
+                       (same, QuickstartConfig.of(grpo_lr=1e-4))):
         assert not (seed_spread(cfg, start) or {"same_start": False})["same_start"]
+
+
+def test_an_fp32_quickstart_on_another_machine_class_is_shown_the_spread_from_the_start_it_reproduced():
+    """The AVX-512 Xeon's fp32 quickstart (no bf16 instructions) reproduced the AVX2 EPYC's: every validation point of
+    the SFT grid and GRPO, and each arm's test success. Its start is the one benchmarks/zero_signal.py measured."""
+    import json
+
+    from agentlab.quickstart import STARTS_SPREAD, report_spread
+
+    here, avx2 = (json.loads((STARTS_SPREAD.parent / f"quickstart_{c}.json").read_text()) for c in ("avx512", "avx2"))
+    assert here["machine"]["cpu_class"] == "avx512" and here["machine"]["precision"] == avx2["machine"]["precision"]
+    points = [{(t["arm"], t.get("lr"), t["steps"]): t["validation"] for t in r["tried"] if t["arm"] != "sft_matched"}
+              for r in (here, avx2)]
+    assert points[0] == points[1] and len(points[0]) >= 10
+    assert [here[k]["success"] for k in ("base", "sft", "grpo")] == [avx2[k]["success"] for k in ("base", "sft", "grpo")]
+    spread = report_spread(here)
+    assert spread["same_start"] and spread["seeds"] == report_spread(avx2)["seeds"] and spread["machine"] == "avx2"
