@@ -1,6 +1,7 @@
 """Each notebook's header states its minutes from a real execution, per machine class (agentlab.notebook)."""
 
 import json
+from pathlib import Path
 
 import nbformat
 
@@ -35,6 +36,9 @@ def test_minutes_and_slow_cells_come_from_the_execution_stamps(tmp_path):
     record_timings(_executed(tmp_path, [600.0]), machine="avx2", timings=tmp_path / "avx2.json")
     only_avx2 = notebook_header("07_demo", timings=tmp_path / "avx2.json")
     assert "not timed on avx512-bf16, amx (expect several times shorter there" in only_avx2, only_avx2
+    record_timings(_executed(tmp_path, [600.0]), machine="avx512", timings=tmp_path / "avx2.json")  # fp32 too
+    assert "not timed on avx512-bf16, amx (expect several times shorter there" in notebook_header(
+        "07_demo", timings=tmp_path / "avx2.json")
     record_timings(_executed(tmp_path, [600.0]), machine="amx", timings=tmp_path / "avx2.json")
     assert "not timed on avx512-bf16 —" in notebook_header("07_demo", timings=tmp_path / "avx2.json")  # amx says it
     nb = nbformat.read(path, as_version=4)
@@ -86,3 +90,24 @@ def test_execute_runs_the_notebook_and_renders_its_header_from_that_run(tmp_path
     assert ran.cells[2].outputs[0]["text"] == "done\n" and entry["minutes"] >= 0.0
     header = ran.cells[1].outputs[0]["data"]["text/markdown"]
     assert header == notebook_header("07_demo", reads="nothing", timings=timings) and "not timed yet" not in header
+
+
+def test_each_committed_header_says_what_the_timings_render(tmp_path):
+    """A header is rendered from ``notebooks/timings.json`` and the notebook's cells; one left stale (a class timed
+    since, a slow cell renamed) would state minutes or cells the file no longer does."""
+    import shutil
+
+    from agentlab.notebook import render_header
+
+    notebooks = sorted((Path(__file__).parent.parent / "notebooks").glob("[0-9]*.ipynb"))
+    checked = 0
+    for path in notebooks:
+        header = next(c for c in nbformat.read(path, as_version=4).cells if "notebook_header(" in c.source)
+        if not header.outputs:  # not executed yet: nothing stated
+            continue
+        copy = shutil.copy(path, tmp_path / path.name)
+        render_header(copy)
+        rendered = next(c for c in nbformat.read(copy, as_version=4).cells if "notebook_header(" in c.source)
+        assert header.outputs[0]["data"]["text/plain"] == rendered.outputs[0]["data"]["text/plain"], path.name
+        checked += 1
+    assert checked >= len(notebooks) - 1
