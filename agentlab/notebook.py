@@ -156,7 +156,7 @@ def notebook_header(stem: str, reads: str = "", timings: str | Path | None = Non
                 else "") for cls, e in sorted(table.items())]
     untimed = [cls for cls in CLASSES if cls not in table]
     parts = ["> **Time, measured:** " + ("; ".join(timed) if timed else "not timed yet")
-             + (f"; not timed on {', '.join(untimed)}{_expect(untimed, list(table))}" if untimed else "")
+             + (f"; not timed on {', '.join(untimed)}{_expect(untimed, list(table))}" if untimed and timed else "")
              + " — 2 cores, a whole top-to-bottom run."]
     slow, labels = {}, _labels(timings.parent / f"{stem}.ipynb")  # cells as the notebook names them now
     for cls, e in table.items():
