@@ -244,19 +244,24 @@ def execute(path: str | Path, timeout: int = 3600, fresh: bool | None = None) ->
 def render_header(path: str | Path) -> None:
     """Render a notebook's header cell's output again from ``notebooks/timings.json`` (``execute`` does it after a
     run; a change to how headers read needs only this)."""
-    import ast
-
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
-        if cell.cell_type == "code" and "notebook_header(" in cell.source:
-            call = ast.parse(cell.source).body[-1].value  # notebook_header("<stem>", reads="…"): literal arguments
-            text = notebook_header(*map(ast.literal_eval, call.args),
-                                   **{k.arg: ast.literal_eval(k.value) for k in call.keywords})
+        if (text := header_text(cell)) is not None:
             cell.outputs = [nbformat.v4.new_output("execute_result", data={"text/markdown": text, "text/plain": text},
                                                    execution_count=cell.execution_count)]
     nbformat.write(nb, path)
+
+
+def header_text(cell) -> str | None:
+    """What a notebook's header cell renders to now (``None``: not the header cell)."""
+    import ast
+
+    if cell.cell_type != "code" or "notebook_header(" not in cell.source:
+        return None
+    call = ast.parse(cell.source).body[-1].value  # notebook_header("<stem>", reads="…"): literal arguments
+    return notebook_header(*map(ast.literal_eval, call.args), **{k.arg: ast.literal_eval(k.value) for k in call.keywords})
 
 
 if __name__ == "__main__":
