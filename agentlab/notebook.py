@@ -77,12 +77,16 @@ def cell_seconds(nb) -> list[tuple[int, float, str]]:
 
 # A run under this share of the recorded minutes read earlier runs' folders back: not a new whole-run time.
 READ_BACK_SHARE = 0.5
+# A notebook whose long cells are opt-in (06, 10: ``AGENTLAB_FULL=1``) records a run of the larger size apart from
+# its default's: under "<class> with AGENTLAB_FULL=1", so the header does not pass one size's minutes for the other's.
+FULL_RUN = " with AGENTLAB_FULL=1"
 
 
 def record_timings(path: str | Path, machine: str | None = None, timings: str | Path | None = None,
                    fresh: bool | None = None) -> dict:
     """Write an executed notebook's minutes and slow cells into ``timings`` under its machine class (default: this
-    machine's, ``agentlab.machine.cpu_class``); return the entry.
+    machine's, ``agentlab.machine.cpu_class``; with ``AGENTLAB_FULL=1`` set, as the kernel that ran it had it:
+    ``FULL_RUN`` appended); return the entry.
 
     Notebooks read finished run folders back instead of redoing them, so a second run may take a minute where the
     first took twenty. Such a run (``fresh=False``; ``None``: under ``READ_BACK_SHARE`` of the recorded minutes)
@@ -100,7 +104,8 @@ def record_timings(path: str | Path, machine: str | None = None, timings: str | 
              "slow": [[i, s, line] for i, s, line in cells if s >= SLOW_S],
              "date": date.today().isoformat(), "commit": describe().get("commit")}
     table = json.loads(timings.read_text()) if timings.exists() else {}
-    row, cls = table.setdefault(path.stem, {}), machine or cpu_class()
+    row, cls = table.setdefault(path.stem, {}), (machine or cpu_class()) + (
+        FULL_RUN if os.environ.get("AGENTLAB_FULL") == "1" else "")
     recorded = row.get(cls)
     if fresh is None:
         fresh = recorded is None or entry["minutes"] >= READ_BACK_SHARE * recorded["minutes"]
@@ -151,15 +156,17 @@ def notebook_header(stem: str, reads: str = "", timings: str | Path | None = Non
     ``record_timings`` after a real execution), never typed."""
     timings = Path(timings or TIMINGS)
     table = json.loads(timings.read_text()).get(stem, {}) if timings.exists() else {}
+    runs = sorted(table.items(), key=lambda kv: (kv[0].endswith(FULL_RUN), kv[0]))  # the default size's first
     timed = [f"**{_minutes(e['minutes'])}** on {cls} ({e['date']})"
              + (f", {_minutes(e['read_back_minutes'])} when its run folders are read back" if "read_back_minutes" in e
-                else "") for cls, e in sorted(table.items())]
-    untimed = [cls for cls in CLASSES if cls not in table]
+                else "") for cls, e in runs]
+    default = [cls for cls, _ in runs if not cls.endswith(FULL_RUN)]  # the classes that ran the default size
+    untimed = [cls for cls in CLASSES if cls not in default]
     parts = ["> **Time, measured:** " + ("; ".join(timed) if timed else "not timed yet")
-             + (f"; not timed on {', '.join(untimed)}{_expect(untimed, list(table))}" if untimed and timed else "")
+             + (f"; not timed on {', '.join(untimed)}{_expect(untimed, default)}" if untimed and timed else "")
              + " — 2 cores, a whole top-to-bottom run."]
     slow, labels = {}, _labels(timings.parent / f"{stem}.ipynb")  # cells as the notebook names them now
-    for cls, e in table.items():
+    for cls, e in runs:
         for index, seconds, line in e["slow"]:
             line = labels.get(index, line)
             slow.setdefault((index, line), []).append(f"{_minutes(seconds / 60)} on {cls}")

@@ -106,3 +106,20 @@ def test_each_committed_header_says_what_the_timings_render():
         assert header.outputs[0]["data"]["text/plain"] == header_text(header), path.name
         checked += 1
     assert checked >= len(notebooks) - 1
+
+
+def test_a_full_size_run_is_recorded_apart_from_the_default_size(tmp_path, monkeypatch):
+    """Notebooks 06 and 10 run a reduced size unless ``AGENTLAB_FULL=1``: the larger run's minutes must not stand for
+    the default's on that class, nor the default's be replaced by them."""
+    timings = tmp_path / "timings.json"
+    record_timings(_executed(tmp_path, [600.0]), machine="avx512", timings=timings)          # the default: 10 min
+    monkeypatch.setenv("AGENTLAB_FULL", "1")
+    record_timings(_executed(tmp_path, [1800.0]), machine="amx", timings=timings)            # the larger run: 30 min
+    assert set(json.loads(timings.read_text())["07_demo"]) == {"avx512", "amx with AGENTLAB_FULL=1"}
+    header = notebook_header("07_demo", timings=timings)
+    assert header.index("**10 min** on avx512") < header.index("**30 min** on amx with AGENTLAB_FULL=1"), header
+    assert "not timed on avx512-bf16, amx, avx2 (expect several times shorter there, in bf16)" in header, header
+    assert "[1] `# cell 0` (10 min on avx512, 30 min on amx with AGENTLAB_FULL=1)" in header  # which run, each
+    monkeypatch.delenv("AGENTLAB_FULL")
+    record_timings(_executed(tmp_path, [120.0]), machine="amx", timings=timings, fresh=True)
+    assert json.loads(timings.read_text())["07_demo"]["amx with AGENTLAB_FULL=1"]["minutes"] == 30.0
