@@ -140,14 +140,17 @@ def _labels(path: Path) -> dict[int, str]:
 FP32_CLASSES = ("avx2", "avx512")  # no bf16 instructions: fp32, several times the bf16 classes' minutes
 
 
-def _expect(untimed: list[str], timed: list[str]) -> str:
-    """What the untimed classes should expect: the fp32 classes (avx2, avx512) run several times longer than the
-    bf16 ones, and about as long as each other (``benchmarks/results/quickstart_avx2.json`` and ``_avx512.json``:
-    38 and 39 minutes of stages)."""
-    if "avx2" in untimed and not any(cls in FP32_CLASSES for cls in timed):
-        return " (expect several times longer on avx2, fp32)"
-    return " (expect several times shorter there, in bf16)" if timed and all(
-        cls in FP32_CLASSES for cls in timed) else ""
+def _untimed(untimed: list[str], timed: list[str]) -> str:
+    """The classes a notebook was not timed on, each with what to expect there: the fp32 classes (avx2, avx512) run
+    several times longer than the bf16 ones, and about as long as each other (``benchmarks/results/
+    quickstart_avx2.json`` and ``_avx512.json``: 38 and 39 minutes of stages)."""
+    if not any(cls in FP32_CLASSES for cls in timed):  # timed in bf16 only
+        return ", ".join(untimed) + (" (expect several times longer on avx2, fp32)" if "avx2" in untimed else "")
+    bf16 = [cls for cls in untimed if cls not in FP32_CLASSES]
+    fp32 = [cls for cls in untimed if cls in FP32_CLASSES]
+    shorter = " (expect several times shorter there, in bf16)" if all(cls in FP32_CLASSES for cls in timed) else ""
+    return ", ".join(([", ".join(bf16) + shorter] if bf16 else [])
+                     + ([", ".join(fp32) + " (fp32 too: expect about as long)"] if fp32 else []))
 
 
 def notebook_header(stem: str, reads: str = "", timings: str | Path | None = None) -> str:
@@ -163,7 +166,7 @@ def notebook_header(stem: str, reads: str = "", timings: str | Path | None = Non
     default = [cls for cls, _ in runs if not cls.endswith(FULL_RUN)]  # the classes that ran the default size
     untimed = [cls for cls in CLASSES if cls not in default]
     parts = ["> **Time, measured:** " + ("; ".join(timed) if timed else "not timed yet")
-             + (f"; not timed on {', '.join(untimed)}{_expect(untimed, default)}" if untimed and timed else "")
+             + (f"; not timed on {_untimed(untimed, default)}" if untimed and timed else "")
              + " — 2 cores, a whole top-to-bottom run."]
     slow, labels = {}, _labels(timings.parent / f"{stem}.ipynb")  # cells as the notebook names them now
     for cls, e in runs:
