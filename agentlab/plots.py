@@ -284,7 +284,9 @@ def plot_seeds(groups: dict[str, list[dict]], metric: str = "success", x: str = 
             ys = np.array([[c[k] for k in common] for c in curves])
             mean, label = ys.mean(0), f"{label} (mean of {len(curves)} seeds)"
             if few:  # the seeds' range as a bar at each evaluation: no band painted between two points
-                ax.errorbar([k + shift for k in common], mean, yerr=[mean - ys.min(0), ys.max(0) - mean], fmt="o--",
+                # clipped at 0: where the seeds agree, the mean of equal floats can round a hair past them
+                yerr = np.clip([mean - ys.min(0), ys.max(0) - mean], 0, None)
+                ax.errorbar([k + shift for k in common], mean, yerr=yerr, fmt="o--",
                             color=color, lw=1, capsize=4, ms=6, label=label + ", bar: seeds' range")
             else:
                 ax.plot(common, mean, "o-" if from_evals else "-", color=color, lw=2, label=label)

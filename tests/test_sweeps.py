@@ -148,3 +148,19 @@ def test_lesson_runs_laid_out_by_setting_and_seed_are_read_back_together(tmp_pat
     runs = load_seeded(tmp_path)
     assert list(runs) == ["base", "lr_x10"]
     assert [r["config"]["seed"] for r in runs["base"]] == [2, 10] and runs["lr_x10"][0]["evals"] == []
+
+
+def test_seeds_that_agree_draw_a_bar_of_zero_not_an_error(tmp_path):
+    """Three seeds at 0.1: their mean rounds to 0.10000000000000002, past every seed; the seeds' range bar must be
+    zero, not a negative length matplotlib refuses (notebook 06 stopped on the doc_search lessons' curated sizes)."""
+    from agentlab.plots import plot_seeds
+
+    def run(seed):
+        return {"config": {"seed": seed}, "metrics": [],
+                "evals": [{"step": s, "success": {"mean": 0.1, "ci_low": 0.0, "ci_high": 0.2, "n": 8}}
+                          for s in (0, 4)]}
+
+    ax = plot_seeds({"agree": [run(s) for s in range(3)]}, "success")
+    bars = ax.containers[0].lines[2][0].get_segments()  # one vertical segment an evaluation: [(x, low), (x, high)]
+    assert [round(seg[1][1] - seg[0][1], 12) for seg in bars] == [0.0, 0.0]
+    ax.figure.savefig(tmp_path / "agree.png")
