@@ -152,7 +152,8 @@ def test_lesson_runs_laid_out_by_setting_and_seed_are_read_back_together(tmp_pat
 
 def test_seeds_that_agree_draw_a_bar_of_zero_not_an_error(tmp_path):
     """Three seeds at 0.1: their mean rounds to 0.10000000000000002, past every seed; the seeds' range bar must be
-    zero, not a negative length matplotlib refuses (notebook 06 stopped on the doc_search lessons' curated sizes)."""
+    zero, not a negative length matplotlib refuses (notebook 06 stopped on the doc_search batch lesson's validation
+    precision at step 0, the seeds' shared SFT start)."""
     from agentlab.plots import plot_seeds
 
     def run(seed):
