@@ -47,7 +47,8 @@ def setup_notebook(seed: int | None = 0) -> None:
 
 TIMINGS = Path(__file__).resolve().parent.parent / "notebooks" / "timings.json"
 SLOW_S = 60.0  # a cell at least this long is named in the header
-CLASSES = ("avx512-bf16", "amx", "avx2")  # the machine classes users meet; a header names each, timed or not
+# the machine classes users meet (agentlab.machine.cpu_class); a header names each, timed or not
+CLASSES = ("avx512-bf16", "amx", "avx2", "avx512")
 
 
 def cell_label(source: str) -> str:
@@ -144,10 +145,10 @@ def _untimed(untimed: list[str], timed: list[str]) -> str:
     """The classes a notebook was not timed on, each with what to expect there: the fp32 classes (avx2, avx512) run
     several times longer than the bf16 ones, and about as long as each other (``benchmarks/results/
     quickstart_avx2.json`` and ``_avx512.json``: 38 and 39 minutes of stages)."""
-    if not any(cls in FP32_CLASSES for cls in timed):  # timed in bf16 only
-        return ", ".join(untimed) + (" (expect several times longer on avx2, fp32)" if "avx2" in untimed else "")
     bf16 = [cls for cls in untimed if cls not in FP32_CLASSES]
     fp32 = [cls for cls in untimed if cls in FP32_CLASSES]
+    if not any(cls in FP32_CLASSES for cls in timed):  # timed in bf16 only
+        return ", ".join(bf16 + ([", ".join(fp32) + " (expect several times longer there, in fp32)"] if fp32 else []))
     shorter = " (expect several times shorter there, in bf16)" if all(cls in FP32_CLASSES for cls in timed) else ""
     return ", ".join(([", ".join(bf16) + shorter] if bf16 else [])
                      + ([", ".join(fp32) + " (fp32 too: expect about as long)"] if fp32 else []))

@@ -424,6 +424,19 @@ def test_the_table_check_catches_a_number_typed_into_a_table_and_a_table_typed_b
         tables.render("<!-- table: nonsense -->\nx\n<!-- /table -->")
 
 
+def test_the_notebook_minutes_table_has_a_column_per_class_and_a_dash_where_untimed(tmp_path):
+    import tables
+
+    entry = {"commit": "abc1234", "date": "2026-12-07", "slow": []}
+    (tmp_path / "timings.json").write_text(json.dumps({
+        "03_b": {"avx2": {**entry, "minutes": 13.5}, "amx with AGENTLAB_FULL=1": {**entry, "minutes": 23.4}},
+        "01_a": {"amx": {**entry, "minutes": 0.4, "read_back_minutes": 0.1}, "avx2": {**entry, "minutes": 2.6}}}))
+    rows = tables.notebook_minutes(tmp_path / "timings.json").splitlines()
+    # bf16 before fp32, the larger size last; notebooks in order
+    assert rows[0] == "| notebook | amx (bf16) | avx2 (fp32) | amx (bf16), with AGENTLAB_FULL=1 |"
+    assert rows[2:] == ["| `01_a` | <1 (<1 read back) | 3 | — |", "| `03_b` | — | 14 | 23 |"]
+
+
 def test_pass_at_k_curve_is_the_unbiased_estimator_averaged_over_tasks(tmp_path, monkeypatch):
     """pass_at_k.py: pass@j rises with j to the share of tasks ever solved; tasks short of k samples are left out;
     a run folder that holds no comparison is refused with what to do."""
