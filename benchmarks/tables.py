@@ -232,33 +232,37 @@ def async_grpo() -> str:
     return "\n".join(rows)
 
 
-# Tables a study script renders itself (its ``--table``): name -> (script, its function, the results file it reads).
 def notebook_minutes(timings: Path | None = None) -> str:
     """The README's notebook minutes: each notebook's whole top-to-bottom run on 2 cores, per machine class, as
     ``notebooks/timings.json`` holds them (``python -m agentlab.notebook`` writes them after a real execution; each
-    notebook's header renders the same entries, with its slow cells)."""
+    notebook's header renders the same entries, in prose, with its slow cells)."""
     from agentlab.notebook import FP32_CLASSES, FULL_RUN, TIMINGS
 
-    table = json.loads((timings or TIMINGS).read_text())
-    classes = sorted({cls for row in table.values() for cls in row},  # bf16 classes first, larger sizes last
-                     key=lambda c: (c.endswith(FULL_RUN), c.removesuffix(FULL_RUN) in FP32_CLASSES, c))
+    def fp32(cls: str) -> bool:
+        return cls.removesuffix(FULL_RUN) in FP32_CLASSES
+
+    def label(cls: str) -> str:
+        return f"{cls.removesuffix(FULL_RUN)} ({'fp32' if fp32(cls) else 'bf16'})" + (
+            f",{FULL_RUN}" if cls.endswith(FULL_RUN) else "")
+
+    def minutes(x: float) -> str:  # terse for a table cell; the headers say "under a minute" in prose
+        return f"{x:.0f}" if x >= 1 else "<1"
 
     def cell(e: dict | None) -> str:
         if e is None:
             return "—"
-        def m(x: float) -> str:
-            return f"{x:.0f}" if x >= 1 else "<1"
-        return m(e["minutes"]) + (f" ({m(e['read_back_minutes'])} read back)" if "read_back_minutes" in e else "")
+        return minutes(e["minutes"]) + (f" ({minutes(e['read_back_minutes'])} read back)"
+                                        if "read_back_minutes" in e else "")
 
-    def label(cls: str) -> str:
-        precision = "fp32" if cls.removesuffix(FULL_RUN) in FP32_CLASSES else "bf16"
-        return f"{cls.removesuffix(FULL_RUN)} ({precision})" + (f",{FULL_RUN}" if cls.endswith(FULL_RUN) else "")
-
+    table = json.loads((timings or TIMINGS).read_text())
+    classes = sorted({cls for row in table.values() for cls in row},  # bf16 classes first, larger sizes last
+                     key=lambda c: (c.endswith(FULL_RUN), fp32(c), c))
     rows = ["| notebook | " + " | ".join(label(c) for c in classes) + " |", "|---" * (len(classes) + 1) + "|"]
     rows += [f"| `{stem}` | " + " | ".join(cell(row.get(c)) for c in classes) + " |" for stem, row in sorted(table.items())]
     return "\n".join(rows)
 
 
+# Tables a study script renders itself (its ``--table``): name -> (script, its function, the results file it reads).
 BY_SCRIPT = {"rl_vs_sft": ("rl_vs_sft", "markdown_table", "rl_vs_sft.json"),
              "rl_vs_sft_calibration": ("rl_vs_sft", "calibration_table", "rl_vs_sft.json"),
              "rl_vs_sft_map": ("rl_vs_sft_map", "markdown_table", "rl_vs_sft_map.json"),
