@@ -7,7 +7,8 @@ What it quiets, and why: transformers' and TRL's deprecation notices (``FutureWa
 experimental-feature warning say nothing about the lesson and carry the maker's absolute site-packages paths;
 the progress bars of transformers' weight loading and of datasets' ``map``/``filter`` are widgets that a code host
 shows as "0%| | 0/272"; an SFT run prints one summary line instead of the Trainer's bar (notebook 04 trains a
-dozen). Our own progress (episodes, GRPO steps) still shows, and every path we print is relative to the repository
+dozen), and a GRPO run one line instead of the Trainer's table of its loss (``agentlab.progress``). Our own progress
+(episodes, GRPO steps) still shows, and every path we print is relative to the repository
 (:func:`agentlab.paths.shown`). Warnings raised by agentlab itself are never hidden.
 """
 
@@ -28,7 +29,7 @@ def setup_notebook(seed: int | None = 0) -> None:
     """Quiet the libraries' notices and bars (``agentlab.quiet``; see the module docstring) and seed Python's and
     numpy's generators (``None``: leave them). Safe to call again."""
     quiet_libraries()
-    os.environ.setdefault("AGENTLAB_NOTEBOOK", "1")  # an SFT run prints one summary line instead of the Trainer's bar
+    os.environ.setdefault("AGENTLAB_NOTEBOOK", "1")  # an SFT or GRPO run leaves one line (agentlab.progress)
     try:
         from transformers.utils import logging as hf_logging
     except ImportError:

@@ -6,6 +6,7 @@ notebook can re-plot any run without retraining.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from agentlab.runs import HELD_OUT, held_out
@@ -212,8 +213,9 @@ def plot_runs(runs: dict[str, dict], metric: str = "success", x: str = "step", a
               title: str = ""):
     """Overlay one metric of several runs (``agentlab.sweeps.load_run`` dicts) against ``step`` or
     ``prompts_seen``. A held-out metric (success, ``held_out:<name>``) is drawn with its bootstrap CI band;
-    ``reward_mean`` with a ±1.96·SE band of the step's rollouts; other metrics as lines, optionally smoothed over
-    ``smooth`` steps."""
+    ``reward_mean`` with a ±1.96·SE band of the step's rollouts, kept within the rewards they got where the run
+    recorded them (7 successes of 8 would otherwise band up to 1.10); other metrics as lines, optionally smoothed
+    over ``smooth`` steps."""
     plt = _plt()
     label_y, from_evals = _axis(metric)
     if x not in ("step", "prompts_seen"):
@@ -236,8 +238,10 @@ def plot_runs(runs: dict[str, dict], metric: str = "success", x: str = "step", a
         if metric == "reward_mean":
             n = run["config"].get("groups_per_step", 1) * run["config"].get("group_size", 1)
             se = _rolling([1.96 * m["reward_std"] / n ** 0.5 for m in ms], smooth)
-            ax.fill_between(xs, [y - s for y, s in zip(ys, se, strict=True)],
-                            [y + s for y, s in zip(ys, se, strict=True)], color=color, alpha=0.1)
+            lo = _rolling([m.get("reward_min", -math.inf) for m in ms], smooth)
+            hi = _rolling([m.get("reward_max", math.inf) for m in ms], smooth)
+            ax.fill_between(xs, [max(y - s, b) for y, s, b in zip(ys, se, lo, strict=True)],
+                            [min(y + s, b) for y, s, b in zip(ys, se, hi, strict=True)], color=color, alpha=0.1)
     ax.set_xlabel("prompts seen" if x == "prompts_seen" else "GRPO step")
     ax.set_ylabel(label_y)
     if metric in ("success", "valid_rollouts", "zero_variance_groups"):

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from agentlab.experiment import _bf16, _cuda, _threads, lora_config
+from agentlab.progress import in_notebook
 from agentlab.runs import RunDir
 from agentlab.trl_compat import scored_positions_only
 
@@ -31,14 +32,6 @@ class SFTSettings:
 
 
 CHECKPOINT_S = 300.0  # seconds between an SFT run's resume points (a long study's run loses at most this to a kill)
-
-
-def _in_notebook() -> bool:
-    """Whether ``agentlab.notebook.setup_notebook`` ran in this process (the tutorial's kernels): it sets this
-    variable (read here by name: ``notebook`` sits a layer above ``sft``)."""
-    import os
-
-    return os.environ.get("AGENTLAB_NOTEBOOK") == "1"
 
 
 def save_whole(model, path: Path) -> None:
@@ -94,7 +87,7 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
         # Our pre-tokenized rows carry ``assistant_masks``, which SFTTrainer always applies: assistant-only loss.
         assistant_only_loss=False, save_strategy="no", save_total_limit=1, report_to=list(report_to), seed=settings.seed,
         use_cpu=not _cuda(), gradient_checkpointing=False, max_length=longest(rows), dataloader_num_workers=0,
-        disable_tqdm=_in_notebook(), bf16=_bf16(settings.precision))
+        disable_tqdm=in_notebook(), bf16=_bf16(settings.precision))
 
     class Checkpoints(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, **kw):
@@ -114,7 +107,7 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
                          peft_config=None if init_adapter is not None else lora_config(settings.lora_r),
                          callbacks=[Checkpoints()])
-    if _in_notebook():  # disable_tqdm makes the Trainer print every step's log dict instead: the one line below
+    if in_notebook():  # disable_tqdm makes the Trainer print every step's log dict instead: the one line below
         from transformers.trainer_callback import PrinterCallback
 
         trainer.pop_callback(PrinterCallback)
@@ -139,7 +132,7 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
     adapter = out_dir / "adapter"
     save_whole(trainer.model, adapter)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    if _in_notebook():  # one line a run where a script shows the Trainer's bar (notebook 04 trains a dozen runs)
+    if in_notebook():  # one line a run where a script shows the Trainer's bar (notebook 04 trains a dozen runs)
         print(f"SFT {out_dir.name}: {trainer.state.global_step} steps at lr {settings.lr:g}, loss {losses[0]:.3f} -> "
               f"{losses[-1]:.3f}, {time.time() - t0:.0f} s", flush=True)
     for done in (out_dir / "trainer").glob("checkpoint-*"):  # the run is whole: its resume points are not needed

@@ -32,6 +32,7 @@ from agentlab.experiment import (
     tracking_env,
     world_size,
 )
+from agentlab.progress import in_notebook, summarise_steps
 from agentlab.rollout import EVAL_BATCH, TASK_KEY, Renderer, run_episodes
 from agentlab.runs import RunDir, checkpoint_step
 from agentlab.sft import SFTSettings, run_sft
@@ -161,6 +162,7 @@ def step_metrics(episodes: list[Episode], group_size: int, spec=None) -> dict:
     calls = sum(len(t.tool_calls) for ep in episodes for t in ep.turns)
     return {
         "reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards),
+        "reward_min": min(rewards), "reward_max": max(rewards),  # the range plot_runs keeps the mean's band in
         "success_mean": statistics.fmean(ep.success for ep in episodes),
         "zero_variance_groups": sum(flat) / len(flat),
         "valid_rollouts": sum(spec.is_valid(ep.outcome) if spec else ep.exit_reason == "final_answer"
@@ -333,6 +335,8 @@ def build_trainer(exp: Experiment, spec, model, tok, train_tasks: list[Task], ev
         raise ValueError("drop_flat_rows: a rollout without advantage still adds to this trainer's loss (an entropy "
                          "bonus, a top-entropy mask or an auxiliary loss is on); train it with drop_flat_rows off")
     trainer.drop_flat_rows = exp.drop_flat_rows
+    if in_notebook():  # a bar and one line, not transformers' table of the GRPO loss (agentlab.progress)
+        summarise_steps(trainer, run)
     return trainer, stats, checkpoint_eval
 
 

@@ -165,3 +165,22 @@ def test_seeds_that_agree_draw_a_bar_of_zero_not_an_error(tmp_path):
     bars = ax.containers[0].lines[2][0].get_segments()  # one vertical segment an evaluation: [(x, low), (x, high)]
     assert [round(seg[1][1] - seg[0][1], 12) for seg in bars] == [0.0, 0.0]
     ax.figure.savefig(tmp_path / "agree.png")
+
+
+def test_the_training_reward_band_stays_within_the_rewards_the_rollouts_got(tmp_path):
+    """7 successes in 8 rollouts: mean 0.875, ±1.96·SE reaches 1.10, past every reward a rollout can get (notebook
+    09's step 7 drew it so). The band is kept within the step's recorded reward range; a run that recorded no
+    range (made before ``reward_min``/``reward_max``) keeps the unclipped band."""
+    from agentlab.plots import plot_runs
+
+    rewards = [1.0] * 7 + [0.0]
+    mean, std = sum(rewards) / 8, (sum((r - 0.875) ** 2 for r in rewards) / 8) ** 0.5
+    step = {"step": 1, "reward_mean": mean, "reward_std": std}
+    ranged = {**step, "reward_min": 0.0, "reward_max": 1.0}
+    config = {"groups_per_step": 2, "group_size": 4}
+    runs = {"recorded": {"config": config, "metrics": [ranged, {**ranged, "step": 2}], "evals": []},
+            "older": {"config": config, "metrics": [step, {**step, "step": 2}], "evals": []}}
+    ax = plot_runs(runs, "reward_mean")
+    top = [max(path.vertices[:, 1]) for band in ax.collections for path in band.get_paths()]
+    assert top[0] == 1.0 and top[1] > 1.1
+    ax.figure.savefig(tmp_path / "band.png")

@@ -772,3 +772,23 @@ def test_in_a_notebook_an_sft_run_prints_one_line_not_a_bar(tmp_path, monkeypatc
     said = capsys.readouterr()
     assert "SFT nb-sft: 2 steps at lr 0.001, loss " in said.out and "it/s" not in said.err + said.out
     assert "'loss'" not in said.out + said.err  # not the Trainer's log dict of every step
+
+
+def test_in_a_notebook_a_grpo_run_leaves_one_line_with_its_steps_and_rewards_not_the_trainers_log(
+        tmp_path, monkeypatch, capsys):
+    from agentlab.progress import steps_line
+
+    monkeypatch.setenv("AGENTLAB_NOTEBOOK", "1")  # what setup_notebook sets
+    spec = load("lookup")
+    exp = Experiment(name="nb-grpo", model="tiny-random", env="lookup", steps=2, eval_every=2, eval_tasks=2,
+                     groups_per_step=1, group_size=2, max_new_tokens=8, precision="fp32")
+    run = run_grpo(exp, spec.make_tasks("train", 4, seed=0), spec.make_tasks("validation", 2, seed=0),
+                   run=RunDir(tmp_path / "nb-grpo"))
+    said = capsys.readouterr()
+    rewards = [m["reward_mean"] for m in read_jsonl(run.metrics_file)[0]]
+    line = next(line for line in said.out.splitlines() if line.startswith("GRPO nb-grpo: "))
+    assert line.startswith("GRPO nb-grpo: steps 1–2 in ") and line.endswith(
+        f"training reward {rewards[0]:.2f} → {rewards[-1]:.2f} (each step's rollouts' mean)")
+    assert "'loss'" not in said.out + said.err  # not the Trainer's log dict of every step
+    assert steps_line("r", [], 3.0) == "GRPO r: no step left to train"  # a run resumed at its last step
+    assert steps_line("r", [{"step": 5, "reward_mean": 0.5}], 3.0) == "GRPO r: step 5 in 3 s, reward 0.50"
