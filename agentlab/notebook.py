@@ -22,14 +22,14 @@ import time
 from datetime import date, datetime
 from pathlib import Path
 
-from agentlab.quiet import quiet_libraries
+from agentlab.quiet import NOTEBOOK_ENV, quiet_libraries
 
 
 def setup_notebook(seed: int | None = 0) -> None:
     """Quiet the libraries' notices and bars (``agentlab.quiet``; see the module docstring) and seed Python's and
     numpy's generators (``None``: leave them). Safe to call again."""
     quiet_libraries()
-    os.environ.setdefault("AGENTLAB_NOTEBOOK", "1")  # an SFT or GRPO run leaves one line (agentlab.progress)
+    os.environ.setdefault(NOTEBOOK_ENV, "1")  # our bars leave one line each (agentlab.quiet.in_notebook)
     try:
         from transformers.utils import logging as hf_logging
     except ImportError:

@@ -1,6 +1,7 @@
 """A GRPO run's progress in the tutorial's notebooks: a bar while it trains, then one line that says what it did.
 
-    from agentlab.progress import in_notebook, summarise_steps
+    from agentlab.progress import summarise_steps
+    from agentlab.quiet import in_notebook
     if in_notebook():
         summarise_steps(trainer, run)
 
@@ -15,15 +16,7 @@ steps, the seconds and the training reward at the first and last step this call 
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
-
-
-def in_notebook() -> bool:
-    """Whether ``agentlab.notebook.setup_notebook`` ran in this process (the tutorial's kernels): it sets this
-    variable (read here by name: ``notebook`` sits layers above the trainers)."""
-    return os.environ.get("AGENTLAB_NOTEBOOK") == "1"
 
 
 def steps_line(name: str, records: list[dict], seconds: float) -> str:
@@ -50,7 +43,7 @@ def summarise_steps(trainer, run) -> None:
         from transformers.utils.notebook import NotebookProgressCallback
     except ImportError:  # no IPython: no notebook table to replace
         NotebookProgressCallback = ProgressCallback
-    metrics: Path = run.metrics_file
+    metrics = run.metrics_file
 
     class Steps(TrainerCallback):
         def on_train_begin(self, args, state, control, **kw):

@@ -31,6 +31,16 @@ LIBRARY_WARNINGS = (  # (category, module regex, message regex): only the librar
 )
 
 
+NOTEBOOK_ENV = "AGENTLAB_NOTEBOOK"  # set by agentlab.notebook.setup_notebook: the tutorial's kernels
+
+
+def in_notebook() -> bool:
+    """Whether ``agentlab.notebook.setup_notebook`` ran in this process (the tutorial's kernels): our bars then leave
+    one line each (``rollout._progress``, ``progress.summarise_steps``, ``sft.run_sft``). Here, at the bottom layer,
+    so that every layer can ask."""
+    return os.environ.get(NOTEBOOK_ENV) == "1"
+
+
 def quiet_libraries() -> None:
     """Set the libraries' switches (a value the user set is kept) and filter their notices. Cheap before
     transformers is imported (its switches are read at import); after, its logging is set directly. Safe to call

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import IO
 
 from agentlab.engines import BACKENDS, GenerateFn, make
+from agentlab.quiet import in_notebook
 from agentlab.retries import (
     INFRA_ERRORS,
     call_with_retries,
@@ -305,10 +306,8 @@ def run_episodes(model, tokenizer, spec: EnvSpec, tasks: list[Task], *, samples:
 
 
 def _progress(total: int, enabled: bool, desc: str):
-    """A bar that goes away when done. In the tutorial's kernels (``AGENTLAB_NOTEBOOK``, set by ``setup_notebook``)
-    it also leaves one line, "<desc>: N in S s": a saved notebook keeps a widget bar only as its first frame."""
-    import os
-
+    """A bar that goes away when done. In the tutorial's kernels (``agentlab.quiet.in_notebook``) it also leaves one
+    line, "<desc>: N in S s": a saved notebook keeps a widget bar only as its first frame."""
     from tqdm.auto import tqdm
 
     class Summarised(tqdm):
@@ -317,5 +316,5 @@ def _progress(total: int, enabled: bool, desc: str):
                 print(f"{self.desc}: {self.n} in {self.format_dict['elapsed']:.0f} s", flush=True)
             super().close()
 
-    kind = Summarised if os.environ.get("AGENTLAB_NOTEBOOK") == "1" else tqdm
+    kind = Summarised if in_notebook() else tqdm
     return kind(total=total, desc=desc, disable=not enabled, leave=False)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from agentlab.experiment import _bf16, _cuda, _threads, lora_config
-from agentlab.progress import in_notebook
+from agentlab.quiet import in_notebook
 from agentlab.runs import RunDir
 from agentlab.trl_compat import scored_positions_only
 

@@ -32,7 +32,8 @@ from agentlab.experiment import (
     tracking_env,
     world_size,
 )
-from agentlab.progress import in_notebook, summarise_steps
+from agentlab.progress import summarise_steps
+from agentlab.quiet import in_notebook
 from agentlab.rollout import EVAL_BATCH, TASK_KEY, Renderer, run_episodes
 from agentlab.runs import RunDir, checkpoint_step
 from agentlab.sft import SFTSettings, run_sft
