@@ -240,13 +240,15 @@ def evaluate_resumable(model, tok, spec, tasks: list, rollouts: Path, loop, resu
     episodes = done + (evaluate_model(model, tok, spec, todo, rollouts, loop, append=bool(done), **episode_kwargs)
                        if todo else [])
     if done:
-        from agentlab.runs import write_jsonl
-
         position = {t.id: g for g, t in enumerate(tasks)}
         episodes.sort(key=lambda ep: position[ep.task.id])
         for ep in episodes:
             ep.group = position[ep.task.id]
-        write_jsonl(rollouts, [json.loads(ep.to_json()) for ep in episodes])
+    if todo:  # the file was written as episodes ended; rewritten in task order, a reader re-reading it (and its
+        # seeded bootstrap CIs) agrees with the summary made from the episodes returned here
+        from agentlab.runs import _atomic_write
+
+        _atomic_write(rollouts, "".join(ep.to_json() + "\n" for ep in episodes))
     return episodes
 
 
