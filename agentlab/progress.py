@@ -58,7 +58,7 @@ def summarise_steps(trainer, run) -> None:
             self.bar.close()
             if state.is_world_process_zero:
                 records = [r for r in read_jsonl(metrics)[0] if r["step"] > self.first] if metrics.exists() else []
-                print(steps_line(run.path.name, records, time.time() - self.t0), flush=True)
+                print(steps_line(run.label, records, time.time() - self.t0), flush=True)
 
     for table in {NotebookProgressCallback, ProgressCallback}:
         trainer.pop_callback(table)

@@ -84,6 +84,15 @@ class RunDir:
         self.path = p if p.is_absolute() else Path(root or runs_dir()) / p
         self.name = self.path.name
 
+    @property
+    def label(self) -> str:
+        """The folder as a learner names it: its path under ``runs_dir()`` (``own-task/guess/grpo``: a comparison's
+        ``grpo`` alone says little), else its own name."""
+        try:
+            return self.path.absolute().relative_to(runs_dir().absolute()).as_posix()
+        except ValueError:
+            return self.name
+
     # files
     config_file = property(lambda self: self.path / "config.json")
     metrics_file = property(lambda self: self.path / "metrics.jsonl")

@@ -279,8 +279,8 @@ def test_a_finished_evaluation_file_is_in_task_order_and_re_reading_it_gives_the
     reader that re-reads it computes the same seeded bootstrap intervals as the summary (notebook 08 printed one
     success rate with two intervals: one from the summary, one from the file read back in finishing order)."""
     from agentlab.engines.scripted import scripted_generate_fn
-    from agentlab.pipeline import evaluate
     from agentlab.models import load_policy
+    from agentlab.pipeline import evaluate
     from agentlab.rollout import LoopConfig, Renderer
 
     spec = load("lookup")

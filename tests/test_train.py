@@ -790,5 +790,7 @@ def test_in_a_notebook_a_grpo_run_leaves_one_line_with_its_steps_and_rewards_not
     assert line.startswith("GRPO nb-grpo: steps 1–2 in ") and line.endswith(
         f"training reward {rewards[0]:.2f} → {rewards[-1]:.2f} (each step's rollouts' mean)")
     assert "'loss'" not in said.out + said.err  # not the Trainer's log dict of every step
+    monkeypatch.setenv("AGENTLAB_RUNS", str(tmp_path.parent))  # a run under the runs folder: named by its path there
+    assert RunDir(tmp_path / "nb-grpo").label == f"{tmp_path.name}/nb-grpo" and RunDir(tmp_path).label == tmp_path.name
     assert steps_line("r", [], 3.0) == "GRPO r: no step left to train"  # a run resumed at its last step
     assert steps_line("r", [{"step": 5, "reward_mean": 0.5}], 3.0) == "GRPO r: step 5 in 3 s, reward 0.50"
