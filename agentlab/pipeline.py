@@ -244,11 +244,11 @@ def evaluate_resumable(model, tok, spec, tasks: list, rollouts: Path, loop, resu
         episodes.sort(key=lambda ep: position[ep.task.id])
         for ep in episodes:
             ep.group = position[ep.task.id]
-    if todo:  # the file was written as episodes ended; rewritten in task order, a reader re-reading it (and its
-        # seeded bootstrap CIs) agrees with the summary made from the episodes returned here
-        from agentlab.runs import _atomic_write
+    if episodes:  # the file holds them as they ended (or were read back); rewritten in the order they come back,
+        # a reader re-reading it (and its seeded bootstrap CIs) agrees with the summary made from them
+        from agentlab.runs import write_jsonl
 
-        _atomic_write(rollouts, "".join(ep.to_json() + "\n" for ep in episodes))
+        write_jsonl(rollouts, [json.loads(ep.to_json()) for ep in episodes])
     return episodes
 
 

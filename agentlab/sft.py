@@ -133,8 +133,8 @@ def run_sft(model_name: str, demos: list[dict], out_dir: Path, settings: SFTSett
     save_whole(trainer.model, adapter)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     if in_notebook():  # one line a run where a script shows the Trainer's bar (notebook 04 trains a dozen runs)
-        print(f"SFT {RunDir(out_dir).label}: {trainer.state.global_step} steps at lr {settings.lr:g}, loss {losses[0]:.3f} -> "
-              f"{losses[-1]:.3f}, {time.time() - t0:.0f} s", flush=True)
+        print(f"SFT {RunDir(out_dir).label}: {trainer.state.global_step} steps at lr {settings.lr:g}, "
+              f"loss {losses[0]:.3f} -> {losses[-1]:.3f}, {time.time() - t0:.0f} s", flush=True)
     for done in (out_dir / "trainer").glob("checkpoint-*"):  # the run is whole: its resume points are not needed
         shutil.rmtree(done, ignore_errors=True)
     (out_dir / "sft_summary.json").write_text(json.dumps(

@@ -274,12 +274,14 @@ def test_an_interrupted_greedy_evaluation_resumes_with_the_episodes_it_wrote(tmp
     assert "read back" not in capsys.readouterr().out and len(read_rollouts(cut / "rollouts.jsonl")[0]) == 2
 
 
-def test_a_finished_evaluation_file_is_in_task_order_and_re_reading_it_gives_the_summary_s_intervals(tmp_path):
+def test_a_finished_evaluation_file_is_in_task_order_and_re_reading_it_gives_the_summary_s_intervals(tmp_path, tiny):
     """Episodes are written as they end, so short ones come first; a finished file is rewritten in task order, so a
     reader that re-reads it computes the same seeded bootstrap intervals as the summary (notebook 08 printed one
-    success rate with two intervals: one from the summary, one from the file read back in finishing order)."""
+    success rate with two intervals: one from the summary, one from the file read back in finishing order). An
+    evaluation whose episodes were all written but whose summary was not (a kill between the two) ends alike."""
+    import random
+
     from agentlab.engines.scripted import scripted_generate_fn
-    from agentlab.models import load_policy
     from agentlab.pipeline import evaluate
     from agentlab.rollout import LoopConfig, Renderer
 
@@ -291,12 +293,19 @@ def test_a_finished_evaluation_file_is_in_task_order_and_re_reading_it_gives_the
         if task.id not in quick:
             yield from spec.expert(task)
 
-    _, tok = load_policy("tiny-random")
     loop = LoopConfig(max_turns=3, max_new_tokens=64, temperature=0.0, precision="fp32", batch_size=12)
-    summary = evaluate("tiny-random", "lookup", tasks, tmp_path, loop=loop, workers=1,
-                       engine=lambda *_: scripted_generate_fn(Renderer(tok, spec.env_class), tasks, policy))
+    engine = lambda *_: scripted_generate_fn(Renderer(tiny[1], spec.env_class), tasks, policy)
+    summary = evaluate("tiny-random", "lookup", tasks, tmp_path, loop=loop, workers=1, engine=engine)
     episodes = read_rollouts(tmp_path / "rollouts.jsonl")[0]
     assert [e.task.id for e in episodes] == [t.id for t in tasks]
     assert [e.success for e in episodes] == [t.id not in quick for t in tasks]
     again = summarize(episodes)
     assert again["success"] == summary["success"] and again["env_metrics"] == summary["env_metrics"]
+
+    lines = (tmp_path / "rollouts.jsonl").read_text().splitlines()
+    random.Random(0).shuffle(lines)
+    (tmp_path / "rollouts.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "summary.json").unlink()
+    resumed = evaluate("tiny-random", "lookup", tasks, tmp_path, loop=loop, workers=1, engine=engine)
+    assert [e.task.id for e in read_rollouts(tmp_path / "rollouts.jsonl")[0]] == [t.id for t in tasks]
+    assert resumed["success"] == summary["success"]
