@@ -185,7 +185,7 @@ def run_grpo(exp: Experiment, train_tasks: list[Task], eval_tasks: list[Task], i
 
     ``start_eval``: a folder where :func:`agentlab.pipeline.evaluate` already scored ``init_adapter`` on
     ``eval_tasks`` (an SFT search's validation pass): step 0's evaluation is read from it instead of run again when
-    its tasks, loop and reward are step 0's own (:func:`reuse_start_eval`), else it runs.
+    its tasks and loop are step 0's own (re-scored under another reward, :func:`reuse_start_eval`), else it runs.
 
     ``engine(model, tok, config, greedy, seed) -> GenerateFn`` decodes the rollouts and checkpoint evals instead of
     the experiment's ``rollout_backend`` (a scripted policy in the reliability study, another engine).
@@ -343,17 +343,20 @@ def build_trainer(exp: Experiment, spec, model, tok, train_tasks: list[Task], ev
 
 def reuse_start_eval(folder: Path, exp: Experiment, tasks: list[Task], run: RunDir) -> bool:
     """Record ``folder``'s evaluation (``summary.json`` + ``rollouts.jsonl``) as ``run``'s step 0 when it is the one
-    :func:`evaluate_policy` would make: the same tasks, the same greedy loop, and the environment's default
-    reward (the one it was scored with). Why: a comparison's GRPO starts from an adapter its SFT search has just
-    scored on the same validation tasks; on doc_search that second, identical pass cost 7 minutes a seed."""
+    :func:`evaluate_policy` would make: the same tasks and the same greedy loop. Why: a comparison's GRPO starts from
+    an adapter its SFT search has just scored on the same validation tasks; on doc_search that second, identical pass
+    cost 7 minutes a seed (25 a lesson run). A run with another reward than the environment's default (the one the
+    pass was scored with) gets the same episodes re-scored with its own: a greedy episode does not depend on the
+    reward, only its ``reward`` does. The episodes are written in the tasks' order, as an evaluation writes them."""
     import dataclasses
     import json
-    import shutil
 
     from agentlab.evals import read_rollouts, summarize
+    from agentlab.reward_design import rescore
+    from agentlab.runs import write_jsonl
 
     summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").exists() else None
-    if summary is None or exp.reward_object() is not None or summary.get("samples") != 1:
+    if summary is None or summary.get("samples") != 1:
         return False
     loop = replace(exp.loop(), temperature=0, batch_size=EVAL_BATCH)
     recorded = dict(summary.get("loop") or {})
@@ -362,11 +365,19 @@ def reuse_start_eval(folder: Path, exp: Experiment, tasks: list[Task], run: RunD
     if recorded != json.loads(json.dumps(dataclasses.asdict(loop))):
         return False
     episodes = read_rollouts(folder / "rollouts.jsonl")[0]
-    if sorted(ep.task.id for ep in episodes) != sorted(t.id for t in tasks[: exp.eval_tasks]):
-        return False  # (a rollouts file lists episodes in the order they ended, not the tasks')
+    by_id = {ep.task.id: ep for ep in episodes}
+    wanted = [t.id for t in tasks[: exp.eval_tasks]]
+    if len(episodes) != len(wanted) or set(by_id) != set(wanted):
+        return False
+    episodes = [by_id[i] for i in wanted]
+    if exp.reward_object() is not None:  # infra episodes keep theirs: no reward was computed for them
+        scored = rescore([ep for ep in episodes if ep.failure != "infra"], exp.reward_fn())[0]
+        again = iter(scored)
+        episodes = [ep if ep.failure == "infra" else next(again) for ep in episodes]
     (run.path / "evals").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(folder / "rollouts.jsonl", run.path / "evals" / "step-0000.rollouts.jsonl")
-    run.write_json("evals/step-0000.json", {"step": 0, **summarize(episodes), "from": run.rel(folder)})
+    write_jsonl(run.path / "evals" / "step-0000.rollouts.jsonl", [json.loads(ep.to_json()) for ep in episodes])
+    run.write_json("evals/step-0000.json", {"step": 0, **summarize(episodes), "from": run.rel(folder),
+                                            **({"rescored": True} if exp.reward_object() is not None else {})})
     return True
 
 

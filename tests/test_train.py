@@ -595,10 +595,11 @@ def test_two_processes_resume_exactly_after_kill_minus_9(tmp_path):
 
 def test_start_eval_is_read_back_only_when_it_is_step_zeros_own(tmp_path):
     """A comparison's SFT search already scored GRPO's start on the validation tasks: ``reuse_start_eval`` records
-    that pass as step 0 — whatever order its episodes ended in — and refuses it for another loop, reward or tasks."""
+    that pass as step 0, in the tasks' order whatever order its episodes ended in, re-scored under a run's own
+    reward, and refuses it for another loop or other tasks."""
     from dataclasses import asdict, replace
 
-    from agentlab.evals import summarize, write_episode
+    from agentlab.evals import read_rollouts, summarize, write_episode
     from agentlab.reward_design import scripted_episode
     from agentlab.rollout import EVAL_BATCH
     from agentlab.train import reuse_start_eval
@@ -618,9 +619,23 @@ def test_start_eval_is_read_back_only_when_it_is_step_zeros_own(tmp_path):
     assert reuse_start_eval(folder, exp, tasks, run)
     step0 = json.loads((run.path / "evals" / "step-0000.json").read_text())
     assert step0["success"] == summarize(episodes)["success"] and 0 < step0["success"]["mean"] < 1
-    assert step0["from"].endswith("validation-step-8")
+    assert step0["from"].endswith("validation-step-8") and "rescored" not in step0
+    written = read_rollouts(run.path / "evals" / "step-0000.rollouts.jsonl")[0]
+    assert [ep.task.id for ep in written] == [t.id for t in tasks]
+    assert [ep.reward for ep in written] == [ep.reward for ep in episodes]
+    # another reward: the same greedy episodes, each scored with the run's reward (here success alone)
+    bonus = replace(exp, reward="success=2")
+    assert {ep.reward for ep in episodes} != {2 * ep.success for ep in episodes}  # else the check below is idle
+    rescored = RunDir(tmp_path / "grpo-rescored")
+    assert reuse_start_eval(folder, bonus, tasks, rescored)
+    written = read_rollouts(rescored.path / "evals" / "step-0000.rollouts.jsonl")[0]
+    assert [ep.reward for ep in written] == [2 * ep.success for ep in episodes]
+    assert [ep.to_json() for ep in written] != [ep.to_json() for ep in episodes]
+    assert [(ep.task.id, ep.metrics, ep.exit_reason) for ep in written] == \
+        [(ep.task.id, ep.metrics, ep.exit_reason) for ep in episodes]
+    step0 = json.loads((rescored.path / "evals" / "step-0000.json").read_text())
+    assert step0["rescored"] and step0["reward"]["mean"] == 2 * step0["success"]["mean"]
     for other_exp, other_tasks in [(replace(exp, max_turns=exp.max_turns + 1), tasks),
-                                   (replace(exp, reward="success"), tasks),
                                    (exp, tasks[:3] + spec.make_tasks("test", 1, seed=0))]:
         elsewhere = RunDir(tmp_path / f"other-{len(list(tmp_path.iterdir()))}")
         assert not reuse_start_eval(folder, other_exp, other_tasks, elsewhere)
