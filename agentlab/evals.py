@@ -358,6 +358,14 @@ def write_episode(fh: IO[str], ep: Episode) -> None:
     fh.flush()
 
 
+def write_rollouts(path: str | Path, episodes: list[Episode]) -> None:
+    """``episodes`` as a whole ``rollouts.jsonl``, in their order, written whole or not at all (a kill leaves the old
+    file or the new one: ``agentlab.runs.write_jsonl``'s rule, without parsing each episode's JSON back)."""
+    from agentlab.runs import _atomic_write
+
+    _atomic_write(Path(path), "".join(ep.to_json() + "\n" for ep in episodes))
+
+
 def repair_rollouts(path: str | Path) -> int:
     """Cut a crash-truncated last line off ``path`` before appending to it again (the next write would otherwise
     glue onto it and corrupt a line in the middle). Returns the number of bytes removed."""

@@ -214,14 +214,13 @@ def finished_episodes(rollouts: Path, tasks: list, model_id: str) -> list:
     Why resume at all: a doc_search test split is about an hour of 2-core CPU, and a session's end used to throw
     it away. What it costs: the remaining episodes are decoded in other batches than an uninterrupted run's, so a
     greedy near-tie can go the other way in a few of them (the same caveat as batch composition anywhere)."""
-    from agentlab.evals import read_rollouts
-    from agentlab.runs import write_jsonl
+    from agentlab.evals import read_rollouts, write_rollouts
 
     if not rollouts.exists():
         return []
     wanted = {t.id for t in tasks}
     done = [ep for ep in read_rollouts(rollouts)[0] if ep.task.id in wanted and ep.model_id == model_id]
-    write_jsonl(rollouts, [json.loads(ep.to_json()) for ep in done])
+    write_rollouts(rollouts, done)
     return done
 
 
@@ -246,9 +245,9 @@ def evaluate_resumable(model, tok, spec, tasks: list, rollouts: Path, loop, resu
             ep.group = position[ep.task.id]
     if episodes:  # the file holds them as they ended (or were read back); rewritten in the order they come back,
         # a reader re-reading it (and its seeded bootstrap CIs) agrees with the summary made from them
-        from agentlab.runs import write_jsonl
+        from agentlab.evals import write_rollouts
 
-        write_jsonl(rollouts, [json.loads(ep.to_json()) for ep in episodes])
+        write_rollouts(rollouts, episodes)
     return episodes
 
 

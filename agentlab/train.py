@@ -351,9 +351,8 @@ def reuse_start_eval(folder: Path, exp: Experiment, tasks: list[Task], run: RunD
     import dataclasses
     import json
 
-    from agentlab.evals import read_rollouts, summarize
+    from agentlab.evals import read_rollouts, summarize, write_rollouts
     from agentlab.reward_design import rescore
-    from agentlab.runs import write_jsonl
 
     summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").exists() else None
     if summary is None or summary.get("samples") != 1:
@@ -370,14 +369,14 @@ def reuse_start_eval(folder: Path, exp: Experiment, tasks: list[Task], run: RunD
     if len(episodes) != len(wanted) or set(by_id) != set(wanted):
         return False
     episodes = [by_id[i] for i in wanted]
-    if exp.reward_object() is not None:  # infra episodes keep theirs: no reward was computed for them
-        scored = rescore([ep for ep in episodes if ep.failure != "infra"], exp.reward_fn())[0]
-        again = iter(scored)
-        episodes = [ep if ep.failure == "infra" else next(again) for ep in episodes]
+    rescored = exp.reward_object() is not None
+    if rescored:  # infra episodes keep theirs: they count in no rate, and a reward service need not see them
+        scored = iter(rescore([ep for ep in episodes if ep.failure != "infra"], exp.reward_fn())[0])
+        episodes = [ep if ep.failure == "infra" else next(scored) for ep in episodes]
     (run.path / "evals").mkdir(parents=True, exist_ok=True)
-    write_jsonl(run.path / "evals" / "step-0000.rollouts.jsonl", [json.loads(ep.to_json()) for ep in episodes])
+    write_rollouts(run.path / "evals" / "step-0000.rollouts.jsonl", episodes)
     run.write_json("evals/step-0000.json", {"step": 0, **summarize(episodes), "from": run.rel(folder),
-                                            **({"rescored": True} if exp.reward_object() is not None else {})})
+                                            **({"rescored": True} if rescored else {})})
     return True
 
 
